@@ -1,0 +1,383 @@
+"""Every model parameter, in one module: unit, default, help text and the reason for the default.
+
+A parameter is a field of a frozen dataclass section; its metadata carries the unit, the allowed range and the help
+text, from which validation, `--set section.key=value` overrides and the CLI help are derived. Presets are TOML files
+in fabric/presets/ that override defaults section by section.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fabric.errors import ConfigError
+
+
+def param(default, *, unit: str, help: str, reason: str, lo=None, hi=None, lo_open=False, hi_open=False,
+          choices=None):
+    """A config field: `help` says what it is, `reason` why the default is what it is."""
+    meta = dict(unit=unit, help=help, reason=reason, lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open,
+                choices=choices)
+    return field(default=default, metadata=meta)
+
+
+def _range_text(m: dict) -> str:
+    if m["choices"]:
+        return "one of " + ", ".join(map(str, m["choices"]))
+    lo = "(" if m["lo_open"] else "["
+    hi = ")" if m["hi_open"] else "]"
+    return f"{lo}{m['lo'] if m['lo'] is not None else '-inf'}, {m['hi'] if m['hi'] is not None else 'inf'}{hi}"
+
+
+class _Section:
+    """Validation shared by every section: types and ranges from field metadata."""
+
+    def validate(self, prefix: str) -> None:
+        for f in dataclasses.fields(self):
+            m, v, name = f.metadata, getattr(self, f.name), f"{prefix}.{f.name}"
+            if m.get("choices"):
+                if v not in m["choices"]:
+                    raise ConfigError(f"{name}={v!r} is not allowed; use {_range_text(m)}")
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            bad = (isinstance(v, float) and not math.isfinite(v))
+            if m.get("lo") is not None:
+                bad |= v <= m["lo"] if m["lo_open"] else v < m["lo"]
+            if m.get("hi") is not None:
+                bad |= v >= m["hi"] if m["hi_open"] else v > m["hi"]
+            if bad:
+                raise ConfigError(f"{name}={v!r} is out of range; allowed {_range_text(m)} {m['unit']}")
+
+
+@dataclass(frozen=True)
+class PhyConfig(_Section):
+    """Physical layer, per unidirectional channel."""
+    lanes: int = param(8, unit="lanes", lo=1, hi=64, help="SerDes lanes per port and direction",
+                       reason="x8 ports at 64 Gb/s give 64 GB/s per direction, the bandwidth REFERENCE.md s2 uses "
+                              "for its credit sizing example")
+    lane_rate_gbps: float = param(64.0, unit="Gb/s", lo=0, lo_open=True, hi=1000,
+                                  help="signalling rate of one lane",
+                                  reason="PCIe-6-class 64 GT/s SerDes, the rate class of copper scale-up ports")
+    line_code_efficiency: float = param(1.0, unit="fraction", lo=0, lo_open=True, hi=1,
+                                        help="data bits per line bit of the lane code (128b/130b = 0.9846)",
+                                        reason="flit-mode PHY: framing lives inside the flit (1b/1b), as in "
+                                               "PCIe 6 flit mode")
+    flit_bytes: int = param(256, unit="B", lo=16, hi=4096, help="flit size on the wire",
+                            reason="256 B flits as in PCIe 6 flit mode, CXL 3 and REFERENCE.md s2")
+    flit_overhead_bytes: int = param(8, unit="B", lo=0, hi=1024,
+                                     help="per-flit overhead: CRC plus data-link header (sequence, Ack, credits)",
+                                     reason="4 B LCRC + 4 B DLP header, no FEC at BER 1e-12; 10 B (REFERENCE.md "
+                                            "s2) would leave 95.7% with 16 B transaction headers at 4 KiB payloads")
+    tx_latency_ns: float = param(8.0, unit="ns", lo=0, hi=1e6, help="transmit PHY latency (serialiser, TX FIFO)",
+                                 reason="a few tens of UI-clock cycles of a 64G SerDes")
+    rx_latency_ns: float = param(12.0, unit="ns", lo=0, hi=1e6,
+                                 help="receive PHY latency (deserialiser, CDR, CRC check; no FEC)",
+                                 reason="no RS-FEC at BER 1e-12 saves the 37-115 ns of REFERENCE.md s2")
+    cable_m: float = param(1.0, unit="m", lo=0, hi=1000, help="cable or trace length of a link",
+                           reason="all-copper short-reach links inside one super-node cabinet")
+    wire_ns_per_m: float = param(5.0, unit="ns/m", lo=0, hi=100, help="propagation delay per metre",
+                                 reason="copper, REFERENCE.md s2")
+    ber: float = param(1e-12, unit="errors/bit", lo=0, hi=1, hi_open=True,
+                       help="bit error rate; each unit on the wire is corrupted with 1-(1-ber)^(8*bytes)",
+                       reason="the SD200's published BER (REFERENCE.md s1)")
+
+
+@dataclass(frozen=True)
+class LinkConfig(_Section):
+    """Data-link layer: sequence numbers, Ack/Nak, go-back-N replay and credit-based flow control."""
+    seq_bits: int = param(12, unit="bits", lo=2, hi=30, help="width of the wrapping sequence number",
+                          reason="PCIe's 12-bit sequence numbers (REFERENCE.md s2)")
+    replay_buffer_flits: int = param(256, unit="flits", lo=1, hi=1 << 20,
+                                     help="replay buffer size; the sender stalls when unacknowledged packets fill it",
+                                     reason="64 KiB covers 64 GB/s x (Ack round trip ~100 ns + coalescing) with "
+                                            "headroom")
+    ack_every_packets: int = param(8, unit="packets", lo=1, hi=4096,
+                                   help="send a coalesced Ack after this many good packets",
+                                   reason="amortises Acks while keeping the replay buffer small")
+    ack_timer_ns: float = param(100.0, unit="ns", lo=0, lo_open=True, hi=1e9,
+                                help="send a pending Ack at the latest this long after the first unacked packet",
+                                reason="bounds Ack delay for trickle traffic well below the replay timer")
+    replay_timer_ns: float = param(2000.0, unit="ns", lo=0, lo_open=True, hi=1e10,
+                                   help="replay unacknowledged packets if no Ack arrives for this long",
+                                   reason="about 2 us, REFERENCE.md s1 (retransmit latency of order 1 us)")
+    replay_limit: int = param(4, unit="replays", lo=1, hi=1000,
+                              help="replays without forward progress before the link retrains",
+                              reason="PCIe retrains after the 4th failed replay")
+    retrain_ns: float = param(5000.0, unit="ns", lo=0, hi=1e12,
+                              help="link outage while retraining; units in flight are lost",
+                              reason="a fast recovery of a short copper link takes microseconds")
+    vcs: int = param(2, unit="VCs", lo=1, hi=8, help="virtual channels per link (requests, responses, ...)",
+                     reason="requests and responses on separate VCs avoid protocol deadlock")
+    credit_flits: int = param(128, unit="flits", lo=1, hi=1 << 20,
+                              help="receive buffer per VC, advertised as flit credits (one credit = one flit slot)",
+                              reason="32 KiB covers 64 GB/s x 300 ns = 18.8 KiB credit round trip (REFERENCE.md s2)")
+    credit_update_flits: int = param(8, unit="flits", lo=1, hi=1 << 20,
+                                     help="send an UpdateFC once this many credits have been freed",
+                                     reason="coalesces credit returns to one per ~2 KiB")
+    credit_update_ns: float = param(50.0, unit="ns", lo=0, lo_open=True, hi=1e9,
+                                    help="send an UpdateFC at the latest this long after a credit is freed",
+                                    reason="short against the 300 ns credit round trip the pool covers")
+    credit_refresh_ns: float = param(1000.0, unit="ns", lo=0, lo_open=True, hi=1e10,
+                                     help="resend the cumulative credit count this often while traffic is pending",
+                                     reason="recovers lost UpdateFCs, as PCIe's periodic UpdateFC does")
+
+
+@dataclass(frozen=True)
+class TransactionConfig(_Section):
+    """Transaction layer: load/store packets."""
+    header_bytes: int = param(16, unit="B", lo=0, hi=256, help="transaction header per packet",
+                              reason="a 4-DW PCIe-class header with a 64-bit address")
+    max_payload_bytes: int = param(4096, unit="B", lo=4, hi=1 << 16, help="largest store or completion payload",
+                                   reason="PCIe's largest MPS; needed for >= 96% payload efficiency")
+    max_read_request_bytes: int = param(4096, unit="B", lo=4, hi=1 << 16, help="largest read request",
+                                        reason="PCIe's largest MRRS")
+    read_tags: int = param(256, unit="tags", lo=1, hi=1 << 16, help="outstanding reads per requester",
+                           reason="PCIe 8-bit tags")
+
+
+@dataclass(frozen=True)
+class SimConfig(_Section):
+    """Simulation control."""
+    seed: int = param(1, unit="", lo=0, hi=2**63 - 1, help="seed of every random stream (per-link RNGs)",
+                      reason="fixed so that runs are reproducible bit for bit")
+    watchdog_ns: float = param(1e6, unit="ns", lo=0, lo_open=True, hi=1e15,
+                               help="stop with a report if packets are in flight and nothing moves for this long",
+                               reason="1 ms is far beyond any legitimate stall (replay timer 2 us, retrain 5 us)")
+
+
+@dataclass(frozen=True)
+class SwitchConfig(_Section):
+    """Fabric switches: virtual-output-queued, cut-through."""
+    latency_ns: float = param(100.0, unit="ns", lo=0, hi=1e7,
+                              help="port-to-port cut-through pipeline latency of a fabric switch",
+                              reason="PCIe-class switches take 85-140 ns; UALink targets <= 150 ns (REFERENCE.md s2)")
+    arbitration: str = param("round_robin", unit="", choices=("round_robin", "fifo"),
+                             help="output arbitration among input ports' virtual output queues",
+                             reason="round robin is starvation-free and what switch ASICs ship")
+
+
+@dataclass(frozen=True)
+class EndpointConfig(_Section):
+    """Accelerator-side costs of a transaction, outside the links and switches."""
+    issue_ns: float = param(60.0, unit="ns", lo=0, hi=1e7,
+                            help="from a core's store or load to its first byte at the fabric port (on-chip NoC)",
+                            reason="on-chip network crossing of a large accelerator die, tens of ns")
+    completion_ns: float = param(80.0, unit="ns", lo=0, hi=1e7,
+                                 help="from last byte at the destination port to data visible in its memory",
+                                 reason="a write into HBM through the destination's NoC and memory controller")
+    translation_ns: float = param(20.0, unit="ns", lo=0, hi=1e7,
+                                  help="address translation at the ingress port (host -> global -> destination)",
+                                  reason="one lookup in an on-chip translation table, a few clock cycles")
+    p2p_forward_ns: float = param(30.0, unit="ns", lo=0, hi=1e7,
+                                  help="extra cost when cross-host P2P traffic is forwarded through a shadow port",
+                                  reason="one more table lookup and re-tagging in the forwarding port")
+
+
+@dataclass(frozen=True)
+class TopologyConfig(_Section):
+    """Which fabric to build; builders and presets live in fabric/topology.py and fabric/presets/."""
+    kind: str = param("sd200", unit="", choices=("sd200", "accel_mesh", "accel_torus", "scaleout_roce", "link"),
+                      help="topology builder",
+                      reason="the SD200-class host-domain 3D mesh is the reference system")
+
+
+@dataclass(frozen=True)
+class CollectivesConfig(_Section):
+    """Collective library: algorithm selection and local-reduction cost."""
+    policy: str = param("sd200", unit="", choices=("sd200", "oneshot", "twoshot", "ring", "halving_doubling"),
+                        help="algorithm selection: size-tiered (sd200) or one fixed algorithm",
+                        reason="the SD200 library's size-tiered strategy (REFERENCE.md s1)")
+
+
+SECTIONS = {
+    "phy": PhyConfig,
+    "link": LinkConfig,
+    "txn": TransactionConfig,
+    "switch": SwitchConfig,
+    "endpoint": EndpointConfig,
+    "topology": TopologyConfig,
+    "collectives": CollectivesConfig,
+    "sim": SimConfig,
+}
+
+
+@dataclass(frozen=True)
+class FabricConfig:
+    """All parameters. Build with `load_config`; every instance is validated."""
+    phy: PhyConfig = field(default_factory=PhyConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
+    txn: TransactionConfig = field(default_factory=TransactionConfig)
+    switch: SwitchConfig = field(default_factory=SwitchConfig)
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    collectives: CollectivesConfig = field(default_factory=CollectivesConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+
+    def __post_init__(self):
+        for name in SECTIONS:
+            getattr(self, name).validate(name)
+        _cross_check(self)
+
+    # --- derived quantities (computed, never set) ---
+    @property
+    def flit_payload_bytes(self) -> int:
+        return self.phy.flit_bytes - self.phy.flit_overhead_bytes
+
+    @property
+    def data_gbps(self) -> float:
+        """Raw data rate of one direction in Gb/s (lanes x lane rate x line code)."""
+        return self.phy.lanes * self.phy.lane_rate_gbps * self.phy.line_code_efficiency
+
+    def wire_bytes(self, payload_bytes: int) -> float:
+        """Bytes on the wire for one packet: header + payload packed into flits (packets may share flits)."""
+        return (payload_bytes + self.txn.header_bytes) * self.phy.flit_bytes / self.flit_payload_bytes
+
+    def payload_efficiency(self, payload_bytes: int | None = None) -> float:
+        """Payload bytes delivered per byte on the wire, from the framing alone."""
+        p = self.txn.max_payload_bytes if payload_bytes is None else payload_bytes
+        return p / self.wire_bytes(p)
+
+    def packet_flits(self, payload_bytes: int) -> int:
+        """Flit slots a packet occupies in a receive or replay buffer (its credit cost)."""
+        return -(-(payload_bytes + self.txn.header_bytes) // self.flit_payload_bytes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _cross_check(c: FabricConfig) -> None:
+    if c.phy.flit_overhead_bytes >= c.phy.flit_bytes:
+        raise ConfigError(f"phy.flit_overhead_bytes={c.phy.flit_overhead_bytes} must be smaller than "
+                          f"phy.flit_bytes={c.phy.flit_bytes}")
+    largest = max(c.txn.max_payload_bytes, c.txn.max_read_request_bytes)
+    need = c.packet_flits(largest)
+    if need > c.link.credit_flits:
+        raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits of buffer but link.credit_flits="
+                          f"{c.link.credit_flits}; raise link.credit_flits to >= {need} or lower the payload")
+    if need > c.link.replay_buffer_flits:
+        raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits but link.replay_buffer_flits="
+                          f"{c.link.replay_buffer_flits}; raise it to >= {need} or lower the payload")
+
+
+# ---------------------------------------------------------------- loading, presets, overrides
+
+def all_keys() -> list[str]:
+    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def _field(key: str):
+    section, _, name = key.partition(".")
+    cls = SECTIONS.get(section)
+    fields = {f.name: f for f in dataclasses.fields(cls)} if cls else {}
+    if name not in fields:
+        close = difflib.get_close_matches(key, all_keys(), n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(close)}?" if close else "; see `fabric-probe params` for the list"
+        raise ConfigError(f"unknown parameter {key!r}{hint}")
+    return fields[name]
+
+
+def _coerce(key: str, f, value: Any):
+    kind = type(f.default)
+    try:
+        if kind is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                return value.lower() in ("true", "1", "yes")
+            return bool(value)
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            v = float(value) if isinstance(value, str) and ("e" in value.lower() or "." in value) else value
+            if isinstance(v, float) and not v.is_integer():
+                raise ValueError
+            return int(v)
+        if kind is float:
+            return float(value)
+        return str(value) if kind is str else value
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__} ({f.metadata['help']})") from None
+
+
+def _apply(base: FabricConfig, updates: dict[str, Any]) -> FabricConfig:
+    per_section: dict[str, dict] = {}
+    for key, value in updates.items():
+        f = _field(key)
+        section = key.partition(".")[0]
+        per_section.setdefault(section, {})[f.name] = _coerce(key, f, value)
+    changes = {s: dataclasses.replace(getattr(base, s), **kv) for s, kv in per_section.items()}
+    return dataclasses.replace(base, **changes)
+
+
+def _flatten_toml(data: dict, source: str) -> dict[str, Any]:
+    flat = {}
+    for section, values in data.items():
+        if section == "preset":  # descriptive metadata of a preset file
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: top-level key {section!r} must be a [section] table")
+        for k, v in values.items():
+            flat[f"{section}.{k}"] = v
+    return flat
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("fabric.presets").iterdir() if p.name.endswith(".toml"))
+
+
+def preset_text(name: str) -> str:
+    if name not in preset_names():
+        close = difflib.get_close_matches(name, preset_names(), n=3)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise ConfigError(f"unknown preset {name!r}{hint} (available: {', '.join(preset_names())})")
+    return resources.files("fabric.presets").joinpath(f"{name}.toml").read_text()
+
+
+def _parse_toml(text: str, source: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source} is not valid TOML: {exc}") from None
+
+
+def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r} must look like section.key=value (e.g. phy.ber=1e-9)")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def load_config(preset: str | None = None, config_file: str | Path | None = None,
+                overrides: dict[str, Any] | None = None) -> FabricConfig:
+    """Defaults, then the preset, then a TOML file, then --set overrides; validated at every step."""
+    cfg = FabricConfig()
+    if preset:
+        cfg = _apply(cfg, _flatten_toml(_parse_toml(preset_text(preset), f"preset {preset}"), f"preset {preset}"))
+    if config_file:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        cfg = _apply(cfg, _flatten_toml(_parse_toml(path.read_text(), str(path)), str(path)))
+    if overrides:
+        cfg = _apply(cfg, overrides)
+    return cfg
+
+
+def describe() -> list[dict]:
+    """One row per parameter (key, default, unit, range, help, reason) for `fabric-probe params` and docs."""
+    rows = []
+    for s, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            m = f.metadata
+            rows.append(dict(key=f"{s}.{f.name}", default=f.default, unit=m["unit"], range=_range_text(m),
+                             help=m["help"], reason=m["reason"]))
+    return rows
