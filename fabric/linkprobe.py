@@ -1,0 +1,77 @@
+"""The link probe: one saturated unidirectional channel between two accelerators, measured end to end.
+
+The traffic is one store of `packets` x `payload_bytes` from rank 0 to rank 1, which the endpoint carves into
+max-payload packets back to back; the reverse channel carries only Acks, Naks and UpdateFCs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fabric import sim
+from fabric.config import FabricConfig
+from fabric.errors import ConfigError
+
+
+def two_node_topology(cfg: FabricConfig) -> dict:
+    """Two accelerators joined by one link: channel 0 is 0 -> 1, channel 1 is 1 -> 0."""
+    phy = cfg.phy
+    lat = sim.ps(phy.tx_latency_ns + phy.rx_latency_ns + phy.cable_m * phy.wire_ns_per_m)
+    return dict(
+        name="link", n_ranks=2, node_names=["acc0", "acc1"], node_kind=np.zeros(2, np.int8),
+        node_domain=np.zeros(2, np.int32), node_latency_ps=np.zeros(2, np.int64),
+        ch_src=np.array([0, 1], np.int32), ch_dst=np.array([1, 0], np.int32), ch_rev=np.array([1, 0], np.int32),
+        ch_ps_per_byte=np.full(2, 8000.0 / cfg.data_gbps), ch_latency_ps=np.full(2, lat, np.int64),
+        ch_ber=np.full(2, phy.ber), pair_ptr=np.array([0, 0, 1, 2, 2], np.int64),
+        path_ptr=np.array([0, 1, 2], np.int64), path_ch=np.array([0, 1], np.int32),
+        path_vcl=np.zeros(2, np.int8), vc_levels=1,
+    )
+
+
+def single_transfer_graph(src: int, dst: int, nbytes: int, op: int = 0) -> dict:
+    return dict(kind=np.array([1], np.int8), rank=np.array([src], np.int32), peer=np.array([dst], np.int32),
+                stream=np.array([-1], np.int32), nbytes=np.array([nbytes], np.int64),
+                duration_ps=np.zeros(1, np.int64), op=np.array([op], np.int8), coll=np.array([-1], np.int32),
+                succ_ptr=np.zeros(2, np.int64), succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(1, np.int32))
+
+
+def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int = 20000, faults=()) -> dict:
+    """Saturate channel 0 and report efficiency, goodput and every data-link counter."""
+    p = cfg.txn.max_payload_bytes if payload_bytes is None else payload_bytes
+    if not 1 <= p <= cfg.txn.max_payload_bytes:
+        raise ConfigError(f"--payload-bytes={p} is out of range; allowed [1, {cfg.txn.max_payload_bytes}] B "
+                          f"(txn.max_payload_bytes)")
+    if packets < 1:
+        raise ConfigError(f"--packets={packets} is out of range; allowed >= 1")
+    if p != cfg.txn.max_payload_bytes:   # the endpoint carves max-payload packets: make that the probe's size
+        from fabric.config import _apply
+        cfg = _apply(cfg, {"txn.max_payload_bytes": p})
+    res = sim.run(cfg, two_node_topology(cfg), single_transfer_graph(0, 1, p * packets), faults=faults)
+    c = {k: v[0] for k, v in res.counters.items()}          # the data direction
+    rev = {k: v[1] for k, v in res.counters.items()}
+    # streaming time: first byte issued -> last byte at the receiver, less one pipeline fill of the channel
+    start = res.transfers["start_ps"][0]
+    end = res.task_end_ps[0] - sim.ps(cfg.endpoint.completion_ns)
+    fill = sim.ps(cfg.phy.tx_latency_ns + cfg.phy.rx_latency_ns + cfg.phy.cable_m * cfg.phy.wire_ns_per_m)
+    stream_ps = max(end - start - fill, 1)
+    delivered = res.totals["delivered"]
+    goodput = 8.0 * p * delivered / (stream_ps / 1000.0)
+    wire_B = c["tlp_B"] * cfg.phy.flit_bytes / cfg.flit_payload_bytes
+    return dict(
+        payload_bytes=p, packets=packets, ber=cfg.phy.ber, seed=cfg.sim.seed,
+        payload_efficiency=goodput / cfg.data_gbps,
+        payload_efficiency_model=cfg.payload_efficiency(p),
+        wire_efficiency=p * delivered / wire_B if wire_B else 0.0,
+        retransmission_overhead=(c["units"] - c["packets"]) / max(c["packets"], 1),
+        goodput_gbps=goodput, raw_gbps=cfg.data_gbps,
+        packets_sent=int(c["packets"]), packets_delivered=int(delivered),
+        packets_dropped=int(c["packets"] - delivered), duplicates=int(res.totals["duplicates"]),
+        out_of_order=int(res.totals["out_of_order"]), units_sent=int(c["units"]),
+        flits_corrupted=int(c["flits_corrupted"] + rev["flits_corrupted"]),
+        units_corrupted=int(c["corrupted"]), naks=int(c["naks"]), acks=int(c["acks"]),
+        replays=int(c["replays"]), replay_timeouts=int(c["replay_timeouts"]), retrains=int(c["retrains"]),
+        ctrl_lost=int(c["ctrl_lost"]), updatefc=int(c["updatefc"]), credit_errors=int(c["credit_errors"] +
+                                                                                      rev["credit_errors"]),
+        credit_stall_ns=c["credit_stall_ps"] / 1000.0, duration_ns=res.now_ps / 1000.0,
+        events=int(res.events), wall_s=res.wall_s, events_per_s=res.events / max(res.wall_s, 1e-9),
+        _result=res,
+    )

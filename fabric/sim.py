@@ -1,0 +1,94 @@
+"""Facade over the packet kernel: config + topology + task graph -> Engine -> RunResult.
+
+Everything per packet and per event happens in the compiled kernel; this module only converts units (ns -> ps),
+hands arrays over, drives the run in slices (for progress and the watchdog) and collects the counters.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fabric._check_build import kernel
+from fabric.config import FabricConfig
+from fabric.errors import SimulationError
+
+FAULTS = {"corrupt_flit": kernel.FAULT_CORRUPT_FLIT, "lose_ack": kernel.FAULT_LOSE_ACK,
+          "lose_credit": kernel.FAULT_LOSE_CREDIT, "retrain": kernel.FAULT_RETRAIN}
+
+
+def ps(ns: float) -> int:
+    return int(round(ns * 1000.0))
+
+
+def kernel_params(cfg: FabricConfig) -> dict:
+    """The config's scalars in the kernel's units (ps, bytes, flits)."""
+    link, phy, txn, ep = cfg.link, cfg.phy, cfg.txn, cfg.endpoint
+    return dict(
+        seq_bits=link.seq_bits, replay_buffer_flits=link.replay_buffer_flits, ack_every=link.ack_every_packets,
+        ack_ps=ps(link.ack_timer_ns), replay_ps=ps(link.replay_timer_ns), replay_limit=link.replay_limit,
+        retrain_ps=ps(link.retrain_ns), credit_flits=link.credit_flits, update_flits=link.credit_update_flits,
+        update_ps=ps(link.credit_update_ns), refresh_ps=ps(link.credit_refresh_ns),
+        header_B=txn.header_bytes, max_payload_B=txn.max_payload_bytes, mrrs_B=txn.max_read_request_bytes,
+        read_tags=txn.read_tags, flit_B=phy.flit_bytes, flit_overhead_B=phy.flit_overhead_bytes,
+        issue_ps=ps(ep.issue_ns), complete_ps=ps(ep.completion_ns), xlate_ps=ps(ep.translation_ns),
+        p2p_ps=ps(ep.p2p_forward_ns), watchdog_ps=ps(cfg.sim.watchdog_ns), seed=cfg.sim.seed,
+        fifo_arb=int(cfg.switch.arbitration == "fifo"),
+    )
+
+
+def as_arrays(obj) -> dict:
+    """A Topology or TaskGraph (dataclass or dict) as a plain dict of its fields."""
+    return dict(obj) if isinstance(obj, dict) else dict(vars(obj))
+
+
+@dataclass
+class RunResult:
+    engine: str
+    outcome: str                      # "done" or "stuck"
+    now_ps: int
+    events: int
+    wall_s: float
+    totals: dict
+    counters: dict                    # per-channel int64 arrays (copies)
+    task_start_ps: np.ndarray
+    task_end_ps: np.ndarray
+    link_state: dict
+    transfers: dict
+    stuck: list = field(default_factory=list)
+
+    @property
+    def packets_sent(self) -> int:
+        return int(self.counters["packets"].sum())
+
+
+def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
+        slice_events: int = 2_000_000, raise_on_stuck: bool = True) -> RunResult:
+    """Execute a task graph on the fabric. faults: (kind name, channel, n, k) tuples (see FAULTS)."""
+    if engine not in ("packet", "analytic"):
+        raise SimulationError(f"unknown engine {engine!r}; use packet or analytic")
+    eng = kernel.Engine(kernel_params(cfg), as_arrays(topo), as_arrays(graph), engine == "analytic")
+    for kind, ch, n, k in faults:
+        eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
+    t0 = time.perf_counter()
+    while True:
+        outcome = eng.run(max_events=slice_events)
+        if progress is not None:
+            progress(eng.events, eng.now_ps, eng.totals()["tasks_left"])
+        if outcome != kernel.PAUSED:
+            break
+    wall = time.perf_counter() - t0
+    totals = eng.totals()
+    start, end = eng.task_times()
+    result = RunResult(engine=engine, outcome="done" if outcome == kernel.DONE else "stuck", now_ps=eng.now_ps,
+                       events=eng.events, wall_s=wall, totals=totals,
+                       counters={k: v.copy() for k, v in eng.counters().items()},
+                       task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
+                       transfers=eng.transfers(), stuck=eng.stuck_report() if outcome == kernel.STUCK else [])
+    if raise_on_stuck and (outcome == kernel.STUCK or totals["tasks_left"] > 0):
+        where = "; ".join(f"channel {r['channel']}: {r['unacked']} unacked, {r['queued']} queued, credits "
+                          f"{r['credits']}{' (link down)' if r['down'] else ''}" for r in result.stuck) or "no queue"
+        raise SimulationError(f"no progress for {cfg.sim.watchdog_ns:g} ns at t={eng.now_ps / 1e3:.1f} ns with "
+                              f"{totals['tasks_left']} tasks and {totals['packets_live']} packets pending: {where}")
+    return result

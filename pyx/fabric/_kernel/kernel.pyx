@@ -1,0 +1,1317 @@
+# The packet kernel: one event loop for links (PHY + data-link layer), switches, endpoints and the task-graph
+# executor. Everything below `Engine.run` is nogil C; Python only builds the arrays before and reads them after.
+from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.string cimport memset
+from libc.math cimport log, log1p, expm1, ceil
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t, INT64_MAX
+cimport numpy as cnp
+import numpy as np
+
+from fabric._kernel.types cimport *
+
+cnp.import_array()
+
+KERNEL_VERSION = "0.1.0"
+
+cdef enum Outcome:
+    R_DONE = 0        # the heap drained: every event processed
+    R_PAUSED = 1      # stopped at the event or time budget of this call; call run() again
+    R_STUCK = 2       # the watchdog fired: work pending, no progress
+
+DONE, PAUSED, STUCK = R_DONE, R_PAUSED, R_STUCK
+
+cdef enum:
+    # task kinds (docs/contracts.md)
+    T_COMPUTE = 0
+    T_TRANSFER = 1
+    T_REDUCE = 2
+    T_JOIN = 3
+    # control messages
+    C_ACK = 0
+    C_NAK = 1
+    C_UPDATEFC = 2
+    # per-channel fault lists
+    F_FLIT = 0
+    F_ACK = 1
+    F_CREDIT = 2
+
+# fault kinds
+FAULT_CORRUPT_FLIT = 0   # corrupt flits n .. n+k-1 sent on a channel
+FAULT_LOSE_ACK = 1       # lose the n-th Ack/Nak sent for a channel
+FAULT_LOSE_CREDIT = 2    # lose the n-th UpdateFC sent for a channel
+FAULT_RETRAIN = 3        # retrain the channel's link at time n ps
+
+
+# ================================================================== RNG (splitmix64, state passed by pointer)
+cdef inline uint64_t c_rand(uint64_t* s) noexcept nogil:
+    s[0] += <uint64_t>0x9E3779B97F4A7C15
+    cdef uint64_t z = s[0]
+    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EB
+    return z ^ (z >> 31)
+
+cdef inline double c_uniform(uint64_t* s) noexcept nogil:
+    # in (0, 1]: safe for log()
+    return ((c_rand(s) >> 11) + 1) * (1.0 / 9007199254740992.0)
+
+
+# ================================================================== event heap ordered by (time, order)
+cdef struct HeapC:
+    EventC* ev
+    int64_t n
+    int64_t cap
+    int64_t order
+
+cdef inline bint ev_before(EventC* a, EventC* b) noexcept nogil:
+    return a.time < b.time or (a.time == b.time and a.order < b.order)
+
+cdef int c_push(HeapC* h, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y, int16_t flag) except -1 nogil:
+    cdef EventC* grown
+    cdef int64_t i, p
+    cdef EventC e
+    if h.n == h.cap:
+        grown = <EventC*>realloc(h.ev, 2 * h.cap * sizeof(EventC))
+        if grown == NULL:
+            with gil:
+                raise MemoryError("event heap")
+        h.ev = grown
+        h.cap *= 2
+    e.time = t; e.order = h.order; e.y = y; e.ch = ch; e.x = x; e.type = typ; e.flag = flag
+    h.order += 1
+    i = h.n
+    h.n += 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if not ev_before(&e, &h.ev[p]):
+            break
+        h.ev[i] = h.ev[p]
+        i = p
+    h.ev[i] = e
+    return 0
+
+cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
+    cdef int64_t i = 0, c, n
+    cdef EventC last
+    out[0] = h.ev[0]
+    h.n -= 1
+    n = h.n
+    if n == 0:
+        return
+    last = h.ev[n]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and ev_before(&h.ev[c + 1], &h.ev[c]):
+            c += 1
+        if not ev_before(&h.ev[c], &last):
+            break
+        h.ev[i] = h.ev[c]
+        i = c
+    h.ev[i] = last
+
+
+# ================================================================== the whole simulation state
+cdef struct SimC:
+    HeapC heap
+    ps_t now
+    int64_t events
+    ps_t last_progress
+    int64_t tasks_left
+    int64_t pkts_live
+    int32_t analytic
+    # ---- parameters (ps, bytes, flits)
+    int32_t nvc                    # VCs per channel = 2 traffic classes x vc_levels
+    int32_t levels
+    int32_t seq_mod
+    int32_t window                 # max unacknowledged packets (<= seq_mod / 2)
+    int32_t replay_cap_flits
+    int32_t ack_every
+    ps_t ack_ps
+    ps_t replay_ps
+    int32_t replay_limit
+    ps_t retrain_ps
+    int64_t pool_flits
+    int32_t update_flits
+    ps_t update_ps
+    ps_t refresh_ps
+    int32_t hdr_B
+    int32_t maxp_B
+    int32_t mrrs_B
+    int32_t flit_B
+    int32_t flitpay_B
+    ps_t issue_ps
+    ps_t complete_ps
+    ps_t xlate_ps
+    ps_t p2p_ps
+    ps_t watchdog_ps
+    int32_t fifo_arb
+    # ---- topology
+    int32_t n_nodes
+    int32_t n_ranks
+    int32_t n_ch
+    int32_t* ch_src
+    int32_t* ch_dst
+    int32_t* ch_rev
+    double* ps_per_tlpB            # serialisation per header+payload byte (flit framing folded in)
+    ps_t* ch_lat                   # PHY tx + rx + wire
+    ps_t* flit_ps                  # one flit's serialisation
+    double* log1m_ber              # log(1 - BER)
+    double* p_flit                 # probability that one flit is corrupted
+    ps_t* node_lat
+    int32_t* node_domain
+    int32_t* ch_slot               # input slot of ch at its destination node
+    int32_t* n_slots               # per node: inputs + 1 injection slot
+    int64_t* q_base                # per ch: offset of its queues in q_head / q_tail
+    int64_t* node_out_ptr          # CSR: channels leaving each node
+    int32_t* node_out
+    int64_t* pair_ptr
+    int64_t* path_ptr
+    int32_t* path_ch
+    int8_t* path_vcl
+    # ---- queues (VOQ per output channel x VC x input slot; the injection slot holds transfers)
+    int32_t* q_head
+    int32_t* q_tail
+    int32_t* rr
+    # ---- channel transmitter
+    int8_t* tx_busy
+    int32_t* tx_free_ch            # input buffer to free when the current unit is sent (-1 none)
+    int32_t* tx_free_vc
+    int32_t* tx_free_flits
+    int32_t* next_seq
+    ReplayC* ring
+    int32_t ring_cap
+    int32_t* r_head
+    int32_t* r_count
+    int32_t* r_sent
+    int32_t* r_flits
+    int64_t* rt_gen
+    int8_t* rt_armed
+    int32_t* replay_num
+    ps_t* down_until
+    int16_t* epoch
+    int64_t* cr_used               # [ch*nvc+vc] cumulative flits consumed
+    int64_t* cr_limit              # [ch*nvc+vc] cumulative flits allowed (last UpdateFC + pool)
+    ps_t* stall_since
+    int64_t* cum_tlp_B             # bytes put into flits so far (flit index for fault injection)
+    uint64_t* rng
+    double* next_err_bit           # stream position (bits) of the next bit error (geometric skip sampling)
+    # ---- channel receiver
+    int32_t* expected
+    int8_t* nak_sched
+    int32_t* ack_pending
+    int64_t* ack_gen
+    int8_t* ack_armed
+    int64_t* freed                 # [ch*nvc+vc] cumulative flits freed
+    int64_t* freed_sent            # [ch*nvc+vc] value of the last UpdateFC sent
+    int64_t* cr_gen
+    int8_t* cr_armed
+    int8_t* refresh_armed
+    int64_t* occ                   # [ch*nvc+vc] flits held in the receive buffer
+    # ---- faults: per channel sorted lists (CSR) and cursors
+    int64_t* f_ptr                 # [ch*3 + kind] .. +1
+    int64_t* f_n
+    int64_t* f_k
+    int64_t* f_cur                 # [ch*3 + kind]
+    int64_t* ack_sent_n            # Ack/Nak messages sent for ch
+    int64_t* upd_sent_n            # UpdateFC messages sent for ch
+    # ---- counters exposed to Python [ch]
+    int64_t* s_units               # units put on the wire, replays included
+    int64_t* s_pkts                # new packets
+    int64_t* s_tlp_B               # header + payload bytes put into flits, replays included
+    int64_t* s_payload_B           # payload of new packets
+    int64_t* s_busy_ps
+    int64_t* s_corrupt             # units that arrived corrupted
+    int64_t* s_flits_bad           # flits corrupted on the wire (BER and injected)
+    int64_t* s_naks
+    int64_t* s_acks
+    int64_t* s_replays             # replay passes (Nak or timeout)
+    int64_t* s_timeouts
+    int64_t* s_retrains
+    int64_t* s_stall_ps            # credit stall: output idle, packets waiting, no credits
+    int64_t* s_updates
+    int64_t* s_ctrl_lost
+    int64_t* s_dups                # duplicates discarded by the receiver
+    int64_t* s_qlen
+    int64_t* s_qmax
+    int64_t* s_qarea               # integral of queue length over time (packet x ps)
+    ps_t* s_qlast
+    int64_t* s_credit_err          # credits negative or above the pool, receive buffer overrun
+    # ---- packets and transfers
+    PacketC* pk
+    int32_t pk_cap
+    int32_t pk_free
+    XferC* xf
+    int32_t n_xf
+    int32_t* tags_free             # per rank
+    # ---- delivery checks
+    int64_t delivered
+    int64_t dup_delivered
+    int64_t ooo_delivered
+    # ---- tasks
+    int32_t n_tasks
+    int8_t* t_kind
+    int32_t* t_rank
+    int32_t* t_stream
+    ps_t* t_dur
+    int32_t* t_xfer
+    int64_t* t_succ_ptr
+    int32_t* t_succ
+    int32_t* t_deps
+    ps_t* t_start
+    ps_t* t_end
+    int32_t n_streams
+    int8_t* s_busy
+    int32_t* s_head
+    int32_t* s_tail
+    int32_t* t_next
+    int32_t* work                  # stack of tasks that became ready
+    ps_t* an_free                  # analytic engine: when each channel's port is free
+
+
+# ================================================================== helpers
+cdef inline int64_t cv(SimC* s, int32_t ch, int32_t vc) noexcept nogil:
+    return <int64_t>ch * s.nvc + vc
+
+cdef inline int32_t pkt_flits(SimC* s, int32_t tlp) noexcept nogil:
+    return (tlp + s.flitpay_B - 1) // s.flitpay_B
+
+cdef inline int32_t path_len(SimC* s, int32_t p) noexcept nogil:
+    return <int32_t>(s.path_ptr[p + 1] - s.path_ptr[p])
+
+cdef inline int32_t path_hop_ch(SimC* s, int32_t p, int32_t hop) noexcept nogil:
+    return s.path_ch[s.path_ptr[p] + hop]
+
+cdef inline int32_t path_hop_vc(SimC* s, int32_t p, int32_t hop, int32_t cls) noexcept nogil:
+    return cls * s.levels + s.path_vcl[s.path_ptr[p] + hop]
+
+cdef inline void q_account(SimC* s, int32_t ch, int32_t delta) noexcept nogil:
+    s.s_qarea[ch] += s.s_qlen[ch] * (s.now - s.s_qlast[ch])
+    s.s_qlast[ch] = s.now
+    s.s_qlen[ch] += delta
+    if s.s_qlen[ch] > s.s_qmax[ch]:
+        s.s_qmax[ch] = s.s_qlen[ch]
+
+cdef int32_t pkt_alloc(SimC* s) except -1 nogil:
+    cdef int32_t i, old
+    cdef PacketC* grown
+    if s.pk_free < 0:
+        old = s.pk_cap
+        grown = <PacketC*>realloc(s.pk, 2 * old * sizeof(PacketC))
+        if grown == NULL:
+            with gil:
+                raise MemoryError("packet pool")
+        s.pk = grown
+        s.pk_cap = 2 * old
+        for i in range(old, 2 * old - 1):
+            s.pk[i].next = i + 1
+        s.pk[2 * old - 1].next = -1
+        s.pk_free = old
+    i = s.pk_free
+    s.pk_free = s.pk[i].next
+    s.pkts_live += 1
+    return i
+
+cdef inline void pkt_release(SimC* s, int32_t i) noexcept nogil:
+    s.pk[i].next = s.pk_free
+    s.pk_free = i
+    s.pkts_live -= 1
+
+
+# ================================================================== physical layer: corruption of a unit
+cdef bint phy_corrupt(SimC* s, int32_t ch, int32_t tlp_B) noexcept nogil:
+    """Decide whether a unit of tlp_B bytes (framed into flits) is corrupted: injected flit faults and BER.
+
+    The channel's flit stream is numbered from 0; the unit covers flits [f0, f1]. Random bit errors are placed by
+    skip sampling (the gap to the next errored bit is geometric), and every errored flit is counted once.
+    """
+    cdef bint bad = False
+    cdef double flit_bits = 8.0 * s.flit_B, start_bit, end_bit, f
+    cdef int64_t f0, f1, i, lo, hi, n_end
+    f0 = s.cum_tlp_B[ch] // s.flitpay_B
+    start_bit = s.cum_tlp_B[ch] * flit_bits / s.flitpay_B
+    s.cum_tlp_B[ch] += tlp_B
+    f1 = (s.cum_tlp_B[ch] - 1) // s.flitpay_B
+    end_bit = s.cum_tlp_B[ch] * flit_bits / s.flitpay_B
+    i = s.f_cur[ch * 3 + F_FLIT]
+    n_end = s.f_ptr[ch * 3 + F_FLIT + 1]
+    while i < n_end and s.f_n[i] <= f1:
+        lo = s.f_n[i] if s.f_n[i] > f0 else f0
+        hi = s.f_n[i] + s.f_k[i] - 1
+        if hi > f1:
+            hi = f1
+        if hi >= lo:
+            bad = True
+            s.s_flits_bad[ch] += hi - lo + 1
+        if s.f_n[i] + s.f_k[i] - 1 > f1:     # the burst goes on into the next unit
+            break
+        i += 1
+    s.f_cur[ch * 3 + F_FLIT] = i
+    if s.log1m_ber[ch] < 0.0:
+        if s.next_err_bit[ch] < start_bit:      # (first use) errors are placed from the current position on
+            s.next_err_bit[ch] = start_bit + log(c_uniform(&s.rng[ch])) / s.log1m_ber[ch]
+        while s.next_err_bit[ch] < end_bit:
+            bad = True
+            s.s_flits_bad[ch] += 1
+            f = <double>(<int64_t>(s.next_err_bit[ch] / flit_bits) + 1)
+            s.next_err_bit[ch] = f * flit_bits + log(c_uniform(&s.rng[ch])) / s.log1m_ber[ch]
+    return bad
+
+
+cdef bint fault_take(SimC* s, int32_t ch, int kind, int64_t count) noexcept nogil:
+    """True if the count-th message of this kind for ch is to be lost (injected fault)."""
+    cdef int64_t i = s.f_cur[ch * 3 + kind]
+    while i < s.f_ptr[ch * 3 + kind + 1] and s.f_n[i] < count:
+        i += 1
+    s.f_cur[ch * 3 + kind] = i
+    return i < s.f_ptr[ch * 3 + kind + 1] and s.f_n[i] == count
+
+
+# ================================================================== data-link layer: control messages
+cdef int send_ctrl(SimC* s, int32_t ch, int kind, int32_t vc, int64_t value) except -1 nogil:
+    """Ack/Nak/UpdateFC about data channel ch, carried in the DLP bytes of the next flit on the reverse channel."""
+    cdef int32_t rev = s.ch_rev[ch]
+    cdef bint lost = False
+    if kind == C_UPDATEFC:
+        s.upd_sent_n[ch] += 1
+        s.s_updates[ch] += 1
+        lost = fault_take(s, ch, F_CREDIT, s.upd_sent_n[ch])
+    else:
+        s.ack_sent_n[ch] += 1
+        if kind == C_ACK:
+            s.s_acks[ch] += 1
+        else:
+            s.s_naks[ch] += 1
+        lost = fault_take(s, ch, F_ACK, s.ack_sent_n[ch])
+    if s.down_until[rev] > s.now:
+        lost = True
+    if not lost and s.p_flit[rev] > 0.0 and c_uniform(&s.rng[rev]) <= s.p_flit[rev]:
+        lost = True
+    if lost:
+        s.s_ctrl_lost[ch] += 1
+        return 0
+    c_push(&s.heap, s.now + s.flit_ps[rev] + s.ch_lat[rev], EV_CTRL_ARRIVE, ch, kind | (vc << 8), value,
+           s.epoch[ch])
+    return 0
+
+
+cdef int send_ack(SimC* s, int32_t ch) except -1 nogil:
+    s.ack_pending[ch] = 0
+    s.ack_armed[ch] = 0
+    s.ack_gen[ch] += 1
+    return send_ctrl(s, ch, C_ACK, 0, (s.expected[ch] - 1 + s.seq_mod) % s.seq_mod)
+
+
+cdef int note_ack_due(SimC* s, int32_t ch) except -1 nogil:
+    s.ack_pending[ch] += 1
+    if s.ack_pending[ch] >= s.ack_every:
+        return send_ack(s, ch)
+    if not s.ack_armed[ch]:
+        s.ack_armed[ch] = 1
+        c_push(&s.heap, s.now + s.ack_ps, EV_ACK_TIMER, ch, 0, s.ack_gen[ch], 0)
+    return 0
+
+
+cdef int send_update(SimC* s, int32_t ch, int32_t vc) except -1 nogil:
+    s.freed_sent[cv(s, ch, vc)] = s.freed[cv(s, ch, vc)]
+    send_ctrl(s, ch, C_UPDATEFC, vc, s.freed[cv(s, ch, vc)])
+    if not s.refresh_armed[ch]:
+        s.refresh_armed[ch] = 1
+        c_push(&s.heap, s.now + s.refresh_ps, EV_REFRESH, ch, 0, 0, 0)
+    return 0
+
+
+cdef int free_buffer(SimC* s, int32_t ch, int32_t vc, int32_t flits) except -1 nogil:
+    """The receiver of ch frees buffer space: credits go back by UpdateFC (coalesced by count and timer)."""
+    cdef int64_t i = cv(s, ch, vc)
+    s.occ[i] -= flits
+    if s.occ[i] < 0:
+        s.s_credit_err[ch] += 1
+    s.freed[i] += flits
+    if s.freed[i] - s.freed_sent[i] >= s.update_flits:
+        return send_update(s, ch, vc)
+    if not s.cr_armed[ch]:
+        s.cr_armed[ch] = 1
+        c_push(&s.heap, s.now + s.update_ps, EV_CREDIT_TIMER, ch, 0, s.cr_gen[ch], 0)
+    return 0
+
+
+# ================================================================== data-link layer: transmitter
+cdef int arm_replay_timer(SimC* s, int32_t ch) except -1 nogil:
+    s.rt_gen[ch] += 1
+    s.rt_armed[ch] = 1
+    return c_push(&s.heap, s.now + s.replay_ps, EV_REPLAY_TIMER, ch, 0, s.rt_gen[ch], 0)
+
+
+cdef int retrain(SimC* s, int32_t ch) except -1 nogil:
+    """Both directions of the link go down; units and messages in flight are lost; replay resumes after."""
+    cdef int32_t c, k
+    s.s_retrains[ch] += 1
+    for k in range(2):
+        c = ch if k == 0 else s.ch_rev[ch]
+        s.down_until[c] = s.now + s.retrain_ps
+        s.epoch[c] = <int16_t>(s.epoch[c] + 1)
+        s.r_sent[c] = 0
+        s.replay_num[c] = 0
+        s.rt_gen[c] += 1
+        s.rt_armed[c] = 0
+    return c_push(&s.heap, s.now + s.retrain_ps, EV_RETRAIN_DONE, ch, 0, 0, 0)
+
+
+cdef int start_replay(SimC* s, int32_t ch, bint timeout) except -1 nogil:
+    s.r_sent[ch] = 0
+    s.s_replays[ch] += 1
+    if timeout:
+        s.s_timeouts[ch] += 1
+    s.replay_num[ch] += 1
+    if s.replay_num[ch] > s.replay_limit:
+        return retrain(s, ch)
+    arm_replay_timer(s, ch)
+    return try_send(s, ch)
+
+
+cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogil:
+    """Serialise one unit on ch and schedule its arrival (head) at the receiver."""
+    cdef ps_t ser = <ps_t>(r.tlp_B * s.ps_per_tlpB[ch] + 0.5)
+    cdef ps_t fin = s.now + ser
+    cdef ps_t head, first
+    cdef bint bad
+    if ser < 1:
+        ser = 1
+        fin = s.now + 1
+    first = ser if ser < s.flit_ps[ch] else s.flit_ps[ch]
+    if tail_in + first > fin:          # cut-through: cannot finish before the tail has arrived
+        fin = tail_in + first
+    s.tx_busy[ch] = 1
+    s.s_busy_ps[ch] += fin - s.now
+    s.s_units[ch] += 1
+    s.s_tlp_B[ch] += r.tlp_B
+    bad = phy_corrupt(s, ch, r.tlp_B)
+    head = s.now + first + s.ch_lat[ch]
+    c_push(&s.heap, fin, EV_TX_DONE, ch, 0, 0, 0)
+    c_push(&s.heap, head, EV_PKT_ARRIVE, ch, r.pkt,
+           (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((fin - s.now - first) << 33), s.epoch[ch])
+    if not s.rt_armed[ch]:
+        arm_replay_timer(s, ch)
+    return 0
+
+
+cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
+    """Put the next unit on ch if it is idle: pending replays first, then round robin over its queues."""
+    cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, chunk, payload, covers, i
+    cdef int64_t qi, c
+    cdef bint credit_blocked = False
+    cdef ReplayC* r
+    cdef PacketC* pk
+    cdef XferC* xf
+    if s.tx_busy[ch] or s.down_until[ch] > s.now:
+        return 0
+    if s.r_sent[ch] < s.r_count[ch]:                                   # go-back-N replay in progress
+        r = &s.ring[<int64_t>ch * s.ring_cap + (s.r_head[ch] + s.r_sent[ch]) % s.ring_cap]
+        s.r_sent[ch] += 1
+        return send_unit(s, ch, r, 0)
+    if s.r_count[ch] >= s.window:
+        return 0
+    node = s.ch_src[ch]
+    nslots = s.n_slots[node]
+    nq = s.nvc * nslots
+    for k in range(nq):
+        idx = (s.rr[ch] + 1 + k) % nq
+        qi = s.q_base[ch] + idx
+        if s.q_head[qi] < 0:
+            continue
+        vc = idx // nslots
+        slot = idx % nslots
+        c = cv(s, ch, vc)
+        if slot == nslots - 1:                                          # injection: carve from a transfer
+            x = s.q_head[qi]
+            xf = &s.xf[x]
+            if xf.kind == 1:
+                if s.tags_free[xf.src] <= 0:
+                    continue
+                covers = <int32_t>min(<int64_t>s.mrrs_B, xf.avail_B - xf.carved_B)
+                payload = 0
+            else:
+                covers = 0
+                payload = <int32_t>min(<int64_t>s.maxp_B, xf.avail_B - xf.carved_B)
+            tlp = payload + s.hdr_B
+            flits = pkt_flits(s, tlp)
+            if s.cr_limit[c] - s.cr_used[c] < flits:
+                credit_blocked = True
+                continue
+            if s.r_flits[ch] + flits > s.replay_cap_flits:
+                return 0
+            p = pkt_alloc(s)
+            pk = &s.pk[p]
+            pk.xfer = x; pk.fseq = xf.fseq_next; pk.payload_B = payload; pk.covers_B = covers
+            pk.tlp_B = tlp; pk.flits = flits; pk.path = xf.path; pk.in_ch = -1; pk.hop = 0
+            pk.kind = PK_READ_REQ if xf.kind == 1 else PK_DATA
+            pk.tail_ps = 0
+            xf.fseq_next += 1
+            if xf.kind == 1:
+                xf.carved_B += covers
+                s.tags_free[xf.src] -= 1
+            else:
+                xf.carved_B += payload
+                s.s_payload_B[ch] += payload
+            s.q_head[qi] = xf.next                                      # rotate or retire the transfer
+            if s.q_head[qi] < 0:
+                s.q_tail[qi] = -1
+            if xf.carved_B < xf.avail_B:
+                xf.next = -1
+                if s.q_tail[qi] >= 0:
+                    s.xf[s.q_tail[qi]].next = x
+                else:
+                    s.q_head[qi] = x
+                s.q_tail[qi] = x
+            else:
+                xf.queued = 0
+                xf.next = -1
+            s.tx_free_ch[ch] = -1
+        else:                                                           # a packet waiting in a VOQ
+            p = s.q_head[qi]
+            pk = &s.pk[p]
+            flits = pk.flits
+            if s.cr_limit[c] - s.cr_used[c] < flits:
+                credit_blocked = True
+                continue
+            if s.r_flits[ch] + flits > s.replay_cap_flits:
+                return 0
+            s.q_head[qi] = pk.next
+            if pk.next < 0:
+                s.q_tail[qi] = -1
+            q_account(s, ch, -1)
+            s.tx_free_ch[ch] = pk.in_ch
+            s.tx_free_vc[ch] = pk.vc
+            s.tx_free_flits[ch] = flits
+            s.s_payload_B[ch] += pk.payload_B
+        if not s.fifo_arb:
+            s.rr[ch] = idx
+        pk.vc = <int8_t>vc
+        pk.next = -1
+        s.cr_used[c] += flits
+        s.s_pkts[ch] += 1
+        if s.stall_since[ch] >= 0:
+            s.s_stall_ps[ch] += s.now - s.stall_since[ch]
+            s.stall_since[ch] = -1
+        i = (s.r_head[ch] + s.r_count[ch]) % s.ring_cap
+        r = &s.ring[<int64_t>ch * s.ring_cap + i]
+        r.pkt = p; r.seq = s.next_seq[ch]; r.tlp_B = pk.tlp_B; r.flits = flits
+        s.next_seq[ch] = (s.next_seq[ch] + 1) % s.seq_mod
+        s.r_count[ch] += 1
+        s.r_sent[ch] += 1
+        s.r_flits[ch] += flits
+        return send_unit(s, ch, r, pk.tail_ps)
+    if credit_blocked and s.stall_since[ch] < 0:
+        s.stall_since[ch] = s.now
+    return 0
+
+
+cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
+    cdef int32_t ch = e.ch
+    cdef int kind = e.x & 0xff
+    cdef int32_t vc = e.x >> 8
+    cdef int32_t n, i
+    cdef int64_t lim
+    cdef ReplayC* r
+    if e.flag != s.epoch[ch]:
+        s.s_ctrl_lost[ch] += 1
+        return 0
+    if kind == C_UPDATEFC:
+        lim = e.y + s.pool_flits
+        if lim > s.cr_limit[cv(s, ch, vc)]:
+            s.cr_limit[cv(s, ch, vc)] = lim
+        if s.cr_limit[cv(s, ch, vc)] - s.cr_used[cv(s, ch, vc)] > s.pool_flits:
+            s.s_credit_err[ch] += 1
+        return try_send(s, ch)
+    # Ack or Nak: purge every unit up to and including sequence e.y
+    if s.r_count[ch] > 0:
+        n = <int32_t>((e.y - s.ring[<int64_t>ch * s.ring_cap + s.r_head[ch]].seq + s.seq_mod) % s.seq_mod) + 1
+        if n <= s.r_count[ch]:
+            for i in range(n):
+                r = &s.ring[<int64_t>ch * s.ring_cap + (s.r_head[ch] + i) % s.ring_cap]
+                s.r_flits[ch] -= r.flits
+            s.r_head[ch] = (s.r_head[ch] + n) % s.ring_cap
+            s.r_count[ch] -= n
+            s.r_sent[ch] = s.r_sent[ch] - n if s.r_sent[ch] > n else 0
+            s.replay_num[ch] = 0
+            s.last_progress = s.now
+            if s.r_count[ch] > 0:
+                arm_replay_timer(s, ch)
+            else:
+                s.rt_armed[ch] = 0
+                s.rt_gen[ch] += 1
+    if kind == C_NAK and s.r_count[ch] > 0 and s.down_until[ch] <= s.now:
+        return start_replay(s, ch, False)
+    return try_send(s, ch)
+
+
+# ================================================================== receiver, switches and endpoints
+cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
+    cdef int32_t ch = e.ch
+    cdef int32_t seq = <int32_t>(e.y & <int64_t>0xffffffff)
+    cdef bint bad = (e.y >> 32) & 1
+    cdef ps_t tail = s.now + (e.y >> 33)
+    cdef int32_t d, node, p
+    cdef PacketC* pk
+    if e.flag != s.epoch[ch]:                  # lost in a retrain
+        return 0
+    if bad:
+        s.s_corrupt[ch] += 1
+        if not s.nak_sched[ch]:
+            s.nak_sched[ch] = 1
+            send_ctrl(s, ch, C_NAK, 0, (s.expected[ch] - 1 + s.seq_mod) % s.seq_mod)
+        return 0
+    d = (s.expected[ch] - seq + s.seq_mod) % s.seq_mod
+    if d != 0:
+        if d <= s.seq_mod // 2:                # already received: discard, acknowledge again
+            s.s_dups[ch] += 1
+            return note_ack_due(s, ch)
+        if not s.nak_sched[ch]:                # a unit went missing before this one
+            s.nak_sched[ch] = 1
+            send_ctrl(s, ch, C_NAK, 0, (s.expected[ch] - 1 + s.seq_mod) % s.seq_mod)
+        return 0
+    s.expected[ch] = (s.expected[ch] + 1) % s.seq_mod
+    s.nak_sched[ch] = 0
+    s.last_progress = s.now
+    note_ack_due(s, ch)
+    p = e.x
+    pk = &s.pk[p]
+    s.occ[cv(s, ch, pk.vc)] += pk.flits
+    if s.occ[cv(s, ch, pk.vc)] > s.pool_flits:
+        s.s_credit_err[ch] += 1
+    pk.in_ch = ch
+    pk.tail_ps = tail
+    pk.hop += 1
+    node = s.ch_dst[ch]
+    if pk.hop >= path_len(s, pk.path):
+        return c_push(&s.heap, tail, EV_DELIVER, ch, p, 0, 0)
+    return c_push(&s.heap, s.now + s.node_lat[node], EV_ENQUEUE, ch, p, 0, 0)
+
+
+cdef int on_enqueue(SimC* s, int32_t p) except -1 nogil:
+    cdef PacketC* pk = &s.pk[p]
+    cdef XferC* xf = &s.xf[pk.xfer]
+    cdef int32_t out = path_hop_ch(s, pk.path, pk.hop)
+    cdef int32_t vc = path_hop_vc(s, pk.path, pk.hop, xf.cls)
+    cdef int64_t qi = s.q_base[out] + vc * s.n_slots[s.ch_src[out]] + s.ch_slot[pk.in_ch]
+    pk.next = -1
+    if s.q_tail[qi] >= 0:
+        s.pk[s.q_tail[qi]].next = p
+    else:
+        s.q_head[qi] = p
+    s.q_tail[qi] = p
+    q_account(s, out, 1)
+    return try_send(s, out)
+
+
+cdef int enqueue_xfer(SimC* s, int32_t x) except -1 nogil:
+    """Put a transfer into the injection queue of its first channel."""
+    cdef XferC* xf = &s.xf[x]
+    cdef int32_t ch = path_hop_ch(s, xf.path, 0)
+    cdef int32_t vc = path_hop_vc(s, xf.path, 0, xf.cls)
+    cdef int32_t nslots = s.n_slots[s.ch_src[ch]]
+    cdef int64_t qi = s.q_base[ch] + vc * nslots + nslots - 1
+    xf.queued = 1
+    xf.next = -1
+    if s.q_tail[qi] >= 0:
+        s.xf[s.q_tail[qi]].next = x
+    else:
+        s.q_head[qi] = x
+    s.q_tail[qi] = x
+    return try_send(s, ch)
+
+
+cdef int wake_node(SimC* s, int32_t node) except -1 nogil:
+    cdef int64_t i
+    for i in range(s.node_out_ptr[node], s.node_out_ptr[node + 1]):
+        try_send(s, s.node_out[i])
+    return 0
+
+
+cdef int finish_xfer(SimC* s, int32_t x) except -1 nogil:
+    cdef int32_t t = s.xf[x].task
+    if t >= 0:
+        c_push(&s.heap, s.now + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
+    return 0
+
+
+cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
+    cdef int32_t p = e.x
+    cdef PacketC* pk = &s.pk[p]
+    cdef XferC* xf = &s.xf[pk.xfer]
+    cdef XferC* rx
+    cdef int32_t done
+    free_buffer(s, e.ch, pk.vc, pk.flits)
+    if pk.fseq == xf.fseq_expect:
+        xf.fseq_expect += 1
+        s.delivered += 1
+    elif pk.fseq < xf.fseq_expect:
+        s.dup_delivered += 1
+    else:
+        s.ooo_delivered += 1
+        xf.fseq_expect = pk.fseq + 1
+    s.last_progress = s.now
+    if pk.kind == PK_READ_REQ:                 # the owner answers with completions on the response VC
+        xf.delivered_B += pk.covers_B
+        rx = &s.xf[xf.partner]
+        rx.avail_B += pk.covers_B
+        if not rx.queued and rx.carved_B < rx.avail_B:
+            enqueue_xfer(s, xf.partner)
+    else:
+        xf.delivered_B += pk.payload_B
+        if xf.kind == 2:                       # completions free read tags in request order
+            done = <int32_t>(xf.delivered_B // s.mrrs_B)
+            if xf.delivered_B == xf.total_B:
+                done = <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B)
+            if done > xf.reqs_done:
+                s.tags_free[xf.dst] += done - xf.reqs_done
+                xf.reqs_done = done
+                wake_node(s, xf.dst)
+        if xf.delivered_B == xf.total_B:
+            finish_xfer(s, pk.xfer)
+    pkt_release(s, p)
+    return 0
+
+
+# ================================================================== task-graph executor
+cdef inline int32_t choose_path(SimC* s, int32_t src, int32_t dst, int32_t flow) noexcept nogil:
+    cdef int64_t a = s.pair_ptr[<int64_t>src * s.n_ranks + dst]
+    cdef int64_t n = s.pair_ptr[<int64_t>src * s.n_ranks + dst + 1] - a
+    if n <= 0:
+        return -1
+    return <int32_t>(a + flow % n)
+
+
+cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, bint occupy) noexcept nogil:
+    """Alpha-beta over the route: latencies + pipelined serialisation on the slowest hop + port occupancy."""
+    cdef int32_t h, n = path_len(s, p), ch, first_ch = path_hop_ch(s, p, 0), last_ch
+    cdef double worst = 0.0
+    cdef ps_t lat = 0, pkt_ser, ser, t, f
+    cdef int64_t tlp = nbytes + <int64_t>npk * s.hdr_B
+    for h in range(n):
+        ch = path_hop_ch(s, p, h)
+        lat += s.ch_lat[ch]
+        if h + 1 < n:
+            lat += s.node_lat[s.ch_dst[ch]]
+        if s.ps_per_tlpB[ch] > worst:
+            worst = s.ps_per_tlpB[ch]
+    last_ch = path_hop_ch(s, p, n - 1)
+    ser = <ps_t>(tlp * worst + 0.5)
+    pkt_ser = <ps_t>(min(<int64_t>s.maxp_B + s.hdr_B, tlp) * worst + 0.5)
+    f = s.flit_ps[first_ch]
+    t = start
+    if occupy and s.an_free[first_ch] > t:
+        t = s.an_free[first_ch]
+    if occupy:
+        s.an_free[first_ch] = t + ser
+    t = t + lat + ser + (n - 1) * (pkt_ser if pkt_ser < f else f)
+    if occupy and n > 1:
+        if s.an_free[last_ch] + ser > t:
+            t = s.an_free[last_ch] + ser
+        s.an_free[last_ch] = t
+    return t
+
+
+cdef int start_task(SimC* s, int32_t t) except -1 nogil:
+    cdef int32_t key, x, p
+    cdef int8_t kind = s.t_kind[t]
+    cdef XferC* xf
+    cdef ps_t when
+    s.t_start[t] = s.now
+    if kind == T_JOIN:                         # zero cost: completes in place via the work stack
+        s.work[0] += 1
+        s.work[s.work[0]] = t
+        return 0
+    if kind == T_TRANSFER:
+        x = s.t_xfer[t]
+        xf = &s.xf[x]
+        when = s.now + s.issue_ps + s.xlate_ps
+        if s.node_domain[xf.src] != s.node_domain[xf.dst]:
+            when += s.p2p_ps
+        if xf.src == xf.dst or xf.status != 0:
+            return c_push(&s.heap, when, EV_TASK_DONE, -1, t, 0, 0)
+        if s.analytic:
+            if xf.kind == 1:
+                p = xf.path
+                when = analytic_oneway(s, p, 0, <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B), when, False)
+                xf = &s.xf[xf.partner]
+            when = analytic_oneway(s, xf.path, xf.total_B,
+                                   <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B), when, True)
+            return c_push(&s.heap, when + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
+        return c_push(&s.heap, when, EV_XFER_INJECT, -1, x, 0, 0)
+    if s.t_stream[t] >= 0:
+        key = s.t_rank[t] * s.n_streams + s.t_stream[t]
+        if s.s_busy[key]:
+            s.t_next[t] = -1
+            if s.s_tail[key] >= 0:
+                s.t_next[s.s_tail[key]] = t
+            else:
+                s.s_head[key] = t
+            s.s_tail[key] = t
+            return 0
+        s.s_busy[key] = 1
+    return c_push(&s.heap, s.now + s.t_dur[t], EV_TASK_DONE, -1, t, 0, 0)
+
+
+cdef int complete_task(SimC* s, int32_t t) except -1 nogil:
+    s.work[0] += 1
+    s.work[s.work[0]] = t
+    return drain(s)
+
+
+cdef int drain(SimC* s) except -1 nogil:
+    """Complete every task on the work stack at s.now and start what they unblock."""
+    cdef int32_t key, nxt, u, v
+    cdef int64_t i
+    while s.work[0] > 0:
+        u = s.work[s.work[0]]
+        s.work[0] -= 1
+        s.t_end[u] = s.now
+        s.tasks_left -= 1
+        s.last_progress = s.now
+        if s.t_kind[u] != T_TRANSFER and s.t_kind[u] != T_JOIN and s.t_stream[u] >= 0:
+            key = s.t_rank[u] * s.n_streams + s.t_stream[u]
+            nxt = s.s_head[key]
+            if nxt >= 0:
+                s.s_head[key] = s.t_next[nxt]
+                if s.s_head[key] < 0:
+                    s.s_tail[key] = -1
+                s.t_start[nxt] = s.now
+                c_push(&s.heap, s.now + s.t_dur[nxt], EV_TASK_DONE, -1, nxt, 0, 0)
+            else:
+                s.s_busy[key] = 0
+        for i in range(s.t_succ_ptr[u], s.t_succ_ptr[u + 1]):
+            v = s.t_succ[i]
+            s.t_deps[v] -= 1
+            if s.t_deps[v] == 0:
+                start_task(s, v)
+    return 0
+
+
+cdef int on_inject(SimC* s, int32_t x) except -1 nogil:
+    cdef XferC* xf = &s.xf[x]
+    xf.start_ps = s.now
+    if xf.path < 0:
+        return 0
+    return enqueue_xfer(s, x)
+
+
+# ================================================================== the loop
+cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except -1 nogil:
+    cdef EventC e
+    cdef int32_t ch
+    cdef int64_t budget_end = s.events + max_events
+    cdef int vc
+    while s.heap.n > 0:
+        if s.events >= budget_end or s.heap.ev[0].time > until_ps:
+            outcome[0] = R_PAUSED
+            return 0
+        if (s.events & 1023) == 0 and s.now - s.last_progress > s.watchdog_ps and (
+                s.tasks_left > 0 or s.pkts_live > 0):
+            outcome[0] = R_STUCK
+            return 0
+        c_pop(&s.heap, &e)
+        s.now = e.time
+        s.events += 1
+        ch = e.ch
+        if e.type == EV_PKT_ARRIVE:
+            on_arrive(s, &e)
+        elif e.type == EV_TX_DONE:
+            s.tx_busy[ch] = 0
+            if s.tx_free_ch[ch] >= 0:
+                free_buffer(s, s.tx_free_ch[ch], s.tx_free_vc[ch], s.tx_free_flits[ch])
+                s.tx_free_ch[ch] = -1
+            try_send(s, ch)
+        elif e.type == EV_CTRL_ARRIVE:
+            on_ctrl(s, &e)
+        elif e.type == EV_ENQUEUE:
+            on_enqueue(s, e.x)
+        elif e.type == EV_DELIVER:
+            on_deliver(s, &e)
+        elif e.type == EV_TASK_DONE:
+            complete_task(s, e.x)
+        elif e.type == EV_XFER_INJECT:
+            on_inject(s, e.x)
+        elif e.type == EV_ACK_TIMER:
+            if s.ack_armed[ch] and e.y == s.ack_gen[ch]:
+                s.ack_armed[ch] = 0
+                if s.ack_pending[ch] > 0:
+                    send_ack(s, ch)
+        elif e.type == EV_REPLAY_TIMER:
+            if s.rt_armed[ch] and e.y == s.rt_gen[ch]:
+                s.rt_armed[ch] = 0
+                if s.r_count[ch] > 0 and s.down_until[ch] <= s.now:
+                    start_replay(s, ch, True)
+        elif e.type == EV_CREDIT_TIMER:
+            if s.cr_armed[ch] and e.y == s.cr_gen[ch]:
+                s.cr_armed[ch] = 0
+                for vc in range(s.nvc):
+                    if s.freed[cv(s, ch, vc)] != s.freed_sent[cv(s, ch, vc)]:
+                        send_update(s, ch, vc)
+        elif e.type == EV_REFRESH:
+            # periodic UpdateFC; skipped (and not re-armed) when it could not change the sender's view
+            s.refresh_armed[ch] = 0
+            for vc in range(s.nvc):
+                if s.cr_limit[cv(s, ch, vc)] < s.freed[cv(s, ch, vc)] + s.pool_flits:
+                    send_update(s, ch, vc)
+        elif e.type == EV_RETRAIN_DONE:
+            for vc in range(2):
+                ch = e.ch if vc == 0 else s.ch_rev[e.ch]
+                if s.down_until[ch] <= s.now:
+                    if s.r_count[ch] > 0:
+                        arm_replay_timer(s, ch)
+                    try_send(s, ch)
+        elif e.type == EV_FORCE_RETRAIN:
+            retrain(s, ch)
+    outcome[0] = R_DONE
+    return 0
+
+
+# ================================================================== Python-facing owner of the state
+cdef class Engine:
+    """Owns the simulation state (C arrays) and runs the event loop without the GIL.
+
+    Build it with `fabric.sim` (which turns a config, a topology and a task graph into the arrays below);
+    counters come back as zero-copy numpy views (`counters()`), per-task start/end times as `task_times()`.
+    """
+    cdef SimC s
+    cdef dict _keep          # numpy arrays whose buffers the C state points into
+    cdef list _faults
+    cdef bint _started
+
+    def __cinit__(self):
+        memset(&self.s, 0, sizeof(SimC))
+        self._keep = {}
+        self._faults = []
+        self._started = False
+
+    def __dealloc__(self):
+        free(self.s.heap.ev)
+        free(self.s.pk)
+        free(self.s.xf)
+        free(self.s.ring)
+
+    # ---- array plumbing: keep a contiguous copy alive and hand its pointer to C
+    cdef void* _arr(self, str name, object values, object dtype):
+        a = np.ascontiguousarray(values, dtype=dtype)
+        if a.size == 0:
+            a = np.zeros(1, dtype=dtype)
+        self._keep[name] = a
+        return cnp.PyArray_DATA(a)
+
+    cdef void* _zeros(self, str name, Py_ssize_t n, object dtype, object fill=0):
+        a = np.full(max(int(n), 1), fill, dtype=dtype)
+        self._keep[name] = a
+        return cnp.PyArray_DATA(a)
+
+    def __init__(self, dict p, dict topo, dict graph, bint analytic=False):
+        """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays."""
+        cdef SimC* s = &self.s
+        cdef int32_t C, N, R, V, n, i, ch, node, x
+        s.analytic = analytic
+        s.levels = int(topo["vc_levels"])
+        s.nvc = 2 * s.levels
+        s.seq_mod = 1 << int(p["seq_bits"])
+        s.window = s.seq_mod // 2
+        s.replay_cap_flits = int(p["replay_buffer_flits"])
+        if s.window > s.replay_cap_flits:
+            s.window = s.replay_cap_flits
+        s.ring_cap = s.window
+        s.ack_every = int(p["ack_every"]); s.ack_ps = int(p["ack_ps"]); s.replay_ps = int(p["replay_ps"])
+        s.replay_limit = int(p["replay_limit"]); s.retrain_ps = int(p["retrain_ps"])
+        s.pool_flits = int(p["credit_flits"]); s.update_flits = int(p["update_flits"])
+        s.update_ps = int(p["update_ps"]); s.refresh_ps = int(p["refresh_ps"])
+        s.hdr_B = int(p["header_B"]); s.maxp_B = int(p["max_payload_B"]); s.mrrs_B = int(p["mrrs_B"])
+        s.flit_B = int(p["flit_B"]); s.flitpay_B = int(p["flit_B"]) - int(p["flit_overhead_B"])
+        s.issue_ps = int(p["issue_ps"]); s.complete_ps = int(p["complete_ps"])
+        s.xlate_ps = int(p["xlate_ps"]); s.p2p_ps = int(p["p2p_ps"]); s.watchdog_ps = int(p["watchdog_ps"])
+        s.fifo_arb = int(p.get("fifo_arb", 0))
+        seed = int(p["seed"])
+
+        # ---- topology
+        ch_src = np.asarray(topo["ch_src"], np.int32)
+        ch_dst = np.asarray(topo["ch_dst"], np.int32)
+        C = s.n_ch = len(ch_src)
+        N = s.n_nodes = len(topo["node_latency_ps"])
+        R = s.n_ranks = int(topo["n_ranks"])
+        V = s.nvc
+        s.ch_src = <int32_t*>self._arr("ch_src", ch_src, np.int32)
+        s.ch_dst = <int32_t*>self._arr("ch_dst", ch_dst, np.int32)
+        s.ch_rev = <int32_t*>self._arr("ch_rev", topo["ch_rev"], np.int32)
+        ppb = np.asarray(topo["ch_ps_per_byte"], np.float64)
+        s.ps_per_tlpB = <double*>self._arr("ps_per_tlpB", ppb * s.flit_B / s.flitpay_B, np.float64)
+        s.ch_lat = <ps_t*>self._arr("ch_lat", topo["ch_latency_ps"], np.int64)
+        s.flit_ps = <ps_t*>self._arr("flit_ps", np.maximum(np.rint(ppb * s.flit_B), 1), np.int64)
+        ber = np.asarray(topo["ch_ber"], np.float64)
+        s.log1m_ber = <double*>self._arr("log1m_ber", np.log1p(-ber), np.float64)
+        s.p_flit = <double*>self._arr("p_flit", -np.expm1(8.0 * s.flit_B * np.log1p(-ber)), np.float64)
+        s.node_lat = <ps_t*>self._arr("node_lat", topo["node_latency_ps"], np.int64)
+        s.node_domain = <int32_t*>self._arr("node_domain", topo.get("node_domain", np.zeros(N)), np.int32)
+        # input slots: each channel's index among its destination's incoming channels; one extra injection slot
+        n_in = np.bincount(ch_dst, minlength=N).astype(np.int32)
+        order = np.argsort(ch_dst, kind="stable")
+        slot = np.empty(C, np.int32)
+        starts = np.cumsum(n_in) - n_in
+        slot[order] = np.arange(C, dtype=np.int32) - np.repeat(starts, n_in).astype(np.int32)
+        s.ch_slot = <int32_t*>self._arr("ch_slot", slot, np.int32)
+        nslots = n_in + 1
+        s.n_slots = <int32_t*>self._arr("n_slots", nslots, np.int32)
+        qsize = V * nslots[ch_src].astype(np.int64)
+        qbase = (np.cumsum(qsize) - qsize).astype(np.int64)
+        s.q_base = <int64_t*>self._arr("q_base", qbase, np.int64)
+        s.q_head = <int32_t*>self._zeros("q_head", qsize.sum(), np.int32, -1)
+        s.q_tail = <int32_t*>self._zeros("q_tail", qsize.sum(), np.int32, -1)
+        n_out = np.bincount(ch_src, minlength=N)
+        s.node_out_ptr = <int64_t*>self._arr("node_out_ptr", np.concatenate([[0], np.cumsum(n_out)]), np.int64)
+        s.node_out = <int32_t*>self._arr("node_out", np.argsort(ch_src, kind="stable"), np.int32)
+        s.pair_ptr = <int64_t*>self._arr("pair_ptr", topo["pair_ptr"], np.int64)
+        s.path_ptr = <int64_t*>self._arr("path_ptr", topo["path_ptr"], np.int64)
+        s.path_ch = <int32_t*>self._arr("path_ch", topo["path_ch"], np.int32)
+        s.path_vcl = <int8_t*>self._arr("path_vcl", topo["path_vcl"], np.int8)
+
+        # ---- per-channel state
+        s.rr = <int32_t*>self._zeros("rr", C, np.int32, -1)
+        s.tx_busy = <int8_t*>self._zeros("tx_busy", C, np.int8)
+        s.tx_free_ch = <int32_t*>self._zeros("tx_free_ch", C, np.int32, -1)
+        s.tx_free_vc = <int32_t*>self._zeros("tx_free_vc", C, np.int32)
+        s.tx_free_flits = <int32_t*>self._zeros("tx_free_flits", C, np.int32)
+        s.next_seq = <int32_t*>self._zeros("next_seq", C, np.int32)
+        s.ring = <ReplayC*>calloc(<size_t>C * s.ring_cap, sizeof(ReplayC))
+        if s.ring == NULL:
+            raise MemoryError("replay buffers")
+        s.r_head = <int32_t*>self._zeros("r_head", C, np.int32)
+        s.r_count = <int32_t*>self._zeros("r_count", C, np.int32)
+        s.r_sent = <int32_t*>self._zeros("r_sent", C, np.int32)
+        s.r_flits = <int32_t*>self._zeros("r_flits", C, np.int32)
+        s.rt_gen = <int64_t*>self._zeros("rt_gen", C, np.int64)
+        s.rt_armed = <int8_t*>self._zeros("rt_armed", C, np.int8)
+        s.replay_num = <int32_t*>self._zeros("replay_num", C, np.int32)
+        s.down_until = <ps_t*>self._zeros("down_until", C, np.int64)
+        s.epoch = <int16_t*>self._zeros("epoch", C, np.int16)
+        s.cr_used = <int64_t*>self._zeros("cr_used", C * V, np.int64)
+        s.cr_limit = <int64_t*>self._zeros("cr_limit", C * V, np.int64, s.pool_flits)
+        s.stall_since = <ps_t*>self._zeros("stall_since", C, np.int64, -1)
+        s.cum_tlp_B = <int64_t*>self._zeros("cum_tlp_B", C, np.int64)
+        # one splitmix stream per channel, derived from the seed and the channel id
+        rng = np.array([(seed * 0x9E3779B97F4A7C15 + (c + 1) * 0xD1B54A32D192ED03) & 0xFFFFFFFFFFFFFFFF
+                        for c in range(C)], dtype=np.uint64)
+        s.rng = <uint64_t*>self._arr("rng", rng, np.uint64)
+        s.next_err_bit = <double*>self._zeros("next_err_bit", C, np.float64, -1.0)
+        s.expected = <int32_t*>self._zeros("expected", C, np.int32)
+        s.nak_sched = <int8_t*>self._zeros("nak_sched", C, np.int8)
+        s.ack_pending = <int32_t*>self._zeros("ack_pending", C, np.int32)
+        s.ack_gen = <int64_t*>self._zeros("ack_gen", C, np.int64)
+        s.ack_armed = <int8_t*>self._zeros("ack_armed", C, np.int8)
+        s.freed = <int64_t*>self._zeros("freed", C * V, np.int64)
+        s.freed_sent = <int64_t*>self._zeros("freed_sent", C * V, np.int64)
+        s.cr_gen = <int64_t*>self._zeros("cr_gen", C, np.int64)
+        s.cr_armed = <int8_t*>self._zeros("cr_armed", C, np.int8)
+        s.refresh_armed = <int8_t*>self._zeros("refresh_armed", C, np.int8)
+        s.occ = <int64_t*>self._zeros("occ", C * V, np.int64)
+        s.ack_sent_n = <int64_t*>self._zeros("ack_sent_n", C, np.int64)
+        s.upd_sent_n = <int64_t*>self._zeros("upd_sent_n", C, np.int64)
+        for name in COUNTERS:
+            self._zeros("c_" + name, C, np.int64)
+        s.s_units = self._ptr("c_units"); s.s_pkts = self._ptr("c_packets"); s.s_tlp_B = self._ptr("c_tlp_B")
+        s.s_payload_B = self._ptr("c_payload_B"); s.s_busy_ps = self._ptr("c_busy_ps")
+        s.s_corrupt = self._ptr("c_corrupted"); s.s_flits_bad = self._ptr("c_flits_corrupted"); s.s_naks = self._ptr("c_naks"); s.s_acks = self._ptr("c_acks")
+        s.s_replays = self._ptr("c_replays"); s.s_timeouts = self._ptr("c_replay_timeouts")
+        s.s_retrains = self._ptr("c_retrains"); s.s_stall_ps = self._ptr("c_credit_stall_ps")
+        s.s_updates = self._ptr("c_updatefc"); s.s_ctrl_lost = self._ptr("c_ctrl_lost")
+        s.s_dups = self._ptr("c_dups_discarded"); s.s_qlen = self._ptr("c_queue_len")
+        s.s_qmax = self._ptr("c_queue_max"); s.s_qarea = self._ptr("c_queue_area"); s.s_qlast = self._ptr("c_qlast")
+        s.s_credit_err = self._ptr("c_credit_errors")
+
+        # ---- packets
+        s.pk_cap = 1024
+        s.pk = <PacketC*>malloc(s.pk_cap * sizeof(PacketC))
+        for i in range(s.pk_cap - 1):
+            s.pk[i].next = i + 1
+        s.pk[s.pk_cap - 1].next = -1
+        s.pk_free = 0
+        s.heap.cap = 1024
+        s.heap.ev = <EventC*>malloc(s.heap.cap * sizeof(EventC))
+        if s.pk == NULL or s.heap.ev == NULL:
+            raise MemoryError("kernel pools")
+
+        # ---- tasks and the transfers they start
+        kind = np.asarray(graph["kind"], np.int8)
+        n = s.n_tasks = len(kind)
+        s.t_kind = <int8_t*>self._arr("t_kind", kind, np.int8)
+        s.t_rank = <int32_t*>self._arr("t_rank", graph["rank"], np.int32)
+        stream = np.asarray(graph["stream"], np.int32)
+        s.t_stream = <int32_t*>self._arr("t_stream", stream, np.int32)
+        s.t_dur = <ps_t*>self._arr("t_dur", graph["duration_ps"], np.int64)
+        s.t_succ_ptr = <int64_t*>self._arr("t_succ_ptr", graph["succ_ptr"], np.int64)
+        s.t_succ = <int32_t*>self._arr("t_succ", graph["succ_idx"], np.int32)
+        s.t_deps = <int32_t*>self._arr("t_deps", graph["n_deps"], np.int32)
+        s.t_start = <ps_t*>self._zeros("t_start", n, np.int64, -1)
+        s.t_end = <ps_t*>self._zeros("t_end", n, np.int64, -1)
+        s.t_next = <int32_t*>self._zeros("t_next", n, np.int32, -1)
+        s.work = <int32_t*>self._zeros("work", n + 2, np.int32)
+        s.n_streams = int(stream.max()) + 1 if n and stream.max() >= 0 else 1
+        s.s_busy = <int8_t*>self._zeros("s_busy", R * s.n_streams, np.int8)
+        s.s_head = <int32_t*>self._zeros("s_head", R * s.n_streams, np.int32, -1)
+        s.s_tail = <int32_t*>self._zeros("s_tail", R * s.n_streams, np.int32, -1)
+        s.tags_free = <int32_t*>self._zeros("tags_free", R, np.int32, int(p["read_tags"]))
+        s.an_free = <ps_t*>self._zeros("an_free", C, np.int64)
+        s.tasks_left = n
+        self._build_transfers(graph)
+
+    cdef int64_t* _ptr(self, str name):
+        return <int64_t*>cnp.PyArray_DATA(self._keep[name])
+
+    def _build_transfers(self, dict graph):
+        cdef SimC* s = &self.s
+        cdef int32_t t, x, r, q, load, n_xf
+        kind = self._keep["t_kind"]
+        tasks = np.flatnonzero(kind == T_TRANSFER).astype(np.int32)
+        op = np.asarray(graph["op"], np.int8)[tasks]
+        rank = np.asarray(graph["rank"], np.int32)[tasks]
+        peer = np.asarray(graph["peer"], np.int32)[tasks]
+        nbytes = np.asarray(graph["nbytes"], np.int64)[tasks]
+        n_xf = len(tasks) + int((op == 1).sum())
+        s.n_xf = n_xf
+        s.xf = <XferC*>calloc(max(n_xf, 1), sizeof(XferC))
+        if s.xf == NULL:
+            raise MemoryError("transfers")
+        t_xfer = np.full(s.n_tasks, -1, np.int32)
+        x = 0
+        extra = len(tasks)
+        for i in range(len(tasks)):
+            t = tasks[i]
+            r = rank[i]
+            q = peer[i]
+            load = op[i] == 1
+            t_xfer[t] = x
+            self._init_xfer(x, r, q, nbytes[i], t, 1 if load else 0, 0, extra if load else -1)
+            if load:    # the response flow: data from the owner back to the requester
+                self._init_xfer(extra, q, r, nbytes[i], -1, 2, 1, x)
+                s.xf[x].task = -1
+                s.xf[extra].task = t
+                extra += 1
+            x += 1
+        s.t_xfer = <int32_t*>self._arr("t_xfer", t_xfer, np.int32)
+
+    cdef void _init_xfer(self, int32_t x, int32_t src, int32_t dst, int64_t nbytes, int32_t task, int8_t kind,
+                         int8_t cls, int32_t partner):
+        cdef XferC* xf = &self.s.xf[x]
+        xf.total_B = nbytes
+        xf.avail_B = 0 if kind == 2 else nbytes
+        xf.src = src; xf.dst = dst; xf.task = task; xf.kind = kind; xf.cls = cls; xf.partner = partner
+        xf.next = -1
+        if src < 0 or dst < 0 or src >= self.s.n_ranks or dst >= self.s.n_ranks:
+            xf.status = 1            # Unsupported Request: no accelerator there
+            xf.path = -1
+            return
+        xf.path = choose_path(&self.s, src, dst, x) if src != dst else -1
+        if src != dst and xf.path < 0:
+            xf.status = 1
+
+    def add_fault(self, int kind, int ch, int64_t n, int64_t k=1):
+        """Inject a deterministic fault (FAULT_* constants) on channel ch before run()."""
+        if self._started:
+            raise RuntimeError("faults must be added before run()")
+        if not 0 <= ch < self.s.n_ch:
+            raise ValueError(f"channel {ch} does not exist (0..{self.s.n_ch - 1})")
+        self._faults.append((kind, ch, n, k))
+
+    def _install_faults(self):
+        cdef SimC* s = &self.s
+        C = s.n_ch
+        rows = sorted((ch, kind, n, k) for kind, ch, n, k in self._faults if kind != FAULT_RETRAIN)
+        keys = np.array([ch * 3 + kind for ch, kind, n, k in rows], np.int64)
+        ptr = np.searchsorted(keys, np.arange(3 * C + 1), side="left").astype(np.int64)
+        s.f_ptr = <int64_t*>self._arr("f_ptr", ptr, np.int64)
+        s.f_cur = <int64_t*>self._arr("f_cur", ptr[:3 * C].copy(), np.int64)
+        s.f_n = <int64_t*>self._arr("f_n", [r[2] for r in rows], np.int64)
+        s.f_k = <int64_t*>self._arr("f_k", [max(r[3], 1) for r in rows], np.int64)
+        for kind, ch, n, k in self._faults:
+            if kind == FAULT_RETRAIN:
+                c_push(&s.heap, n, EV_FORCE_RETRAIN, ch, 0, 0, 0)
+
+    def run(self, int64_t max_events=2**62, int64_t until_ps=2**62):
+        """Process events (nogil) until done, the budget is spent, or the watchdog fires; returns the outcome."""
+        cdef int outcome = R_DONE
+        cdef int32_t t
+        cdef SimC* s = &self.s
+        if not self._started:
+            self._started = True
+            self._install_faults()
+            for t in range(s.n_tasks):
+                if s.t_deps[t] == 0:
+                    start_task(s, t)
+                    drain(s)
+        with nogil:
+            c_run(s, max_events, until_ps, &outcome)
+        return outcome
+
+    # ---- results
+    @property
+    def now_ps(self):
+        return self.s.now
+
+    @property
+    def events(self):
+        return self.s.events
+
+    @property
+    def pending_events(self):
+        return self.s.heap.n
+
+    def counters(self):
+        """Per-channel counters as zero-copy int64 views (copy them to keep a snapshot)."""
+        return {name: self._keep["c_" + name] for name in COUNTERS}
+
+    def totals(self):
+        s = &self.s
+        return dict(delivered=s.delivered, duplicates=s.dup_delivered, out_of_order=s.ooo_delivered,
+                    packets_live=s.pkts_live, tasks_left=s.tasks_left, events=s.events, now_ps=s.now)
+
+    def task_times(self):
+        return self._keep["t_start"], self._keep["t_end"]
+
+    def link_state(self):
+        """Data-link state at this moment, for end-of-run invariant checks (copies)."""
+        V = self.s.nvc
+        C = self.s.n_ch
+        return dict(
+            credits_available=(self._keep["cr_limit"] - self._keep["cr_used"]).reshape(C, V).copy(),
+            credit_pool=self.s.pool_flits,
+            replay_count=self._keep["r_count"].copy(),
+            buffer_occupancy=self._keep["occ"].reshape(C, V).copy(),
+            expected_seq=self._keep["expected"].copy(),
+            next_seq=self._keep["next_seq"].copy(),
+            down_until_ps=self._keep["down_until"].copy(),
+        )
+
+    def transfers(self):
+        """Per transfer: src, dst, bytes total/delivered, status (0 ok, 1 unsupported request), start ps."""
+        cdef int32_t i
+        n = self.s.n_xf
+        out = {k: np.zeros(n, np.int64) for k in ("src", "dst", "total_B", "delivered_B", "status", "start_ps",
+                                                  "kind", "path")}
+        for i in range(n):
+            xf = &self.s.xf[i]
+            out["src"][i] = xf.src; out["dst"][i] = xf.dst; out["total_B"][i] = xf.total_B
+            out["delivered_B"][i] = xf.delivered_B; out["status"][i] = xf.status; out["start_ps"][i] = xf.start_ps
+            out["kind"][i] = xf.kind; out["path"][i] = xf.path
+        return out
+
+    def stuck_report(self, int limit=10):
+        """What is waiting where: channels holding unacknowledged units or queued packets."""
+        rows = []
+        cdef int32_t ch
+        for ch in range(self.s.n_ch):
+            if self.s.r_count[ch] or self.s.s_qlen[ch]:
+                rows.append(dict(channel=ch, unacked=self.s.r_count[ch], queued=self.s.s_qlen[ch],
+                                 credits=[self.s.cr_limit[cv(&self.s, ch, v)] - self.s.cr_used[cv(&self.s, ch, v)]
+                                          for v in range(self.s.nvc)],
+                                 down=self.s.down_until[ch] > self.s.now))
+        return rows[:limit]
+
+
+COUNTERS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "corrupted", "flits_corrupted", "naks", "acks", "replays",
+            "replay_timeouts", "retrains", "credit_stall_ps", "updatefc", "ctrl_lost", "dups_discarded",
+            "queue_len", "queue_max", "queue_area", "qlast", "credit_errors")
