@@ -185,6 +185,59 @@ class TopologyConfig(_Section):
     kind: str = param("sd200", unit="", choices=("sd200", "accel_mesh", "accel_torus", "scaleout_roce", "link"),
                       help="topology builder",
                       reason="the SD200-class host-domain 3D mesh is the reference system")
+    switch_mesh_dims: str = param("2x2x2", unit="switches", help="sd200: 3D mesh of host-domain switches, XxYxZ "
+                                  "(one fabric switch per host domain; host domains = X*Y*Z)",
+                                  reason="8 host domains (REFERENCE.md s1: 8x address space) joined in a 3D mesh "
+                                         "form a 2x2x2 cube")
+    accels_per_domain: int = param(8, unit="accelerators", lo=1, hi=64,
+                                   help="accelerators per host domain (also per scale-out host)",
+                                   reason="8 OAM modules per host, as in 8-way servers; 8 x 8 = 64 (REFERENCE.md s1)")
+    ports_per_accel: int = param(2, unit="ports", lo=1, hi=16,
+                                 help="sd200/scaleout: parallel ports from each accelerator to its domain switch",
+                                 reason="2 x8 ports give 128 GB/s per direction and survive one failed port "
+                                        "(REFERENCE.md s1 fault pre-isolation); not published [E]")
+    links_per_neighbor: int = param(2, unit="links", lo=1, hi=16,
+                                    help="parallel links between neighbouring mesh switches (sd200) or "
+                                         "neighbouring accelerators (accel_mesh/torus)",
+                                    reason="2 links between neighbouring domain switches: 8x2 accelerator ports + "
+                                           "6x2 mesh ports = 28 ports fit a 32-port x8 switch; not published [E]")
+    mesh_dims: str = param("4x4x4", unit="accelerators", help="accel_mesh/accel_torus: accelerator mesh XxYxZ",
+                           reason="64 accelerators in a 4x4x4 mesh, the alternative reading of REFERENCE.md s1")
+    wrap: bool = param(False, unit="", help="accel_mesh: close every dimension of size >= 3 into a ring (torus); "
+                                            "accel_torus always wraps",
+                       reason="the SD200 is described as a mesh, not a torus (REFERENCE.md s1)")
+    accel_router_ns: float = param(100.0, unit="ns", lo=0, hi=1e7,
+                                   help="accel_mesh/accel_torus: cost of crossing an accelerator's embedded router "
+                                        "(its node_latency_ps; paid only where a packet is forwarded)",
+                                   reason="an embedded router costs what a fabric switch pipeline does (100 ns)")
+    accel_mem_gib: int = param(64, unit="GiB", lo=1, hi=1 << 20,
+                               help="memory per accelerator = size of its window in the global address map",
+                               reason="up to 4 TB accelerator memory over 64 accelerators (REFERENCE.md s1)")
+    scaleout_hosts: int = param(8, unit="hosts", lo=1, hi=1024, help="scaleout_roce: number of 8-accelerator hosts",
+                                reason="64 accelerators, the same count as the SD200 it is compared with")
+    nics_per_host: int = param(8, unit="NICs", lo=1, hi=64,
+                               help="scaleout_roce: RoCE NICs per host; equal to accels_per_domain = one NIC per "
+                                    "accelerator (rail), fewer = NICs hang off the in-host switch",
+                               reason="8-GPU servers ship one 200/400G NIC per GPU (GPUDirect RDMA per rail)")
+    nic_gbps: float = param(200.0, unit="Gb/s", lo=0, lo_open=True, hi=10000,
+                            help="scaleout_roce: Ethernet rate of one NIC port and direction",
+                            reason="REFERENCE.md s4 measures 2 nodes over 200G RoCE")
+    nic_host_gbps: float = param(504.0, unit="Gb/s", lo=0, lo_open=True, hi=10000,
+                                 help="scaleout_roce: accelerator-to-NIC (PCIe) data rate per direction",
+                                 reason="PCIe 5 x16: 16 x 32 GT/s x 128/130 = 504 Gb/s")
+    nic_latency_ns: float = param(1000.0, unit="ns", lo=0, hi=1e8,
+                                  help="scaleout_roce: cost of crossing a RoCE NIC (doorbell, WQE fetch, PCIe DMA, "
+                                       "completion), paid at the sending and at the receiving NIC",
+                                  reason="2 x 1000 + 600 ns Ethernet switch ~ NCCL's 2.7 us network per-hop cost "
+                                         "(REFERENCE.md s4)")
+    eth_switch_latency_ns: float = param(600.0, unit="ns", lo=0, hi=1e8,
+                                         help="scaleout_roce: port-to-port latency of the Ethernet switch",
+                                         reason="Ethernet-class data-centre switch, 0.6-1 us port to port")
+    eth_phy_latency_ns: float = param(120.0, unit="ns", lo=0, hi=1e8,
+                                      help="scaleout_roce: PHY latency (tx + rx, PCS + RS-FEC) of an Ethernet link",
+                                      reason="PAM4 Ethernet needs RS-FEC: 37-115 ns receive (REFERENCE.md s2)")
+    eth_cable_m: float = param(3.0, unit="m", lo=0, hi=1000, help="scaleout_roce: NIC-to-switch cable length",
+                               reason="in-rack or adjacent-rack DAC/AOC")
 
 
 @dataclass(frozen=True)
@@ -193,6 +246,47 @@ class CollectivesConfig(_Section):
     policy: str = param("sd200", unit="", choices=("sd200", "oneshot", "twoshot", "ring", "halving_doubling"),
                         help="algorithm selection: size-tiered (sd200) or one fixed algorithm",
                         reason="the SD200 library's size-tiered strategy (REFERENCE.md s1)")
+    oneshot_max_bytes: int = param(8192, unit="B", lo=0, hi=1 << 40,
+                                   help="sd200 policy: AllReduce of at most this many bytes uses one-shot",
+                                   reason="[E] the SD200 text puts serving-size messages (the 14,336 B decode "
+                                          "AllReduce, 'medium, the most common in serving') in the two-shot tier, "
+                                          "so one-shot ends below it; one-shot sends (n-1)M per rank")
+    twoshot_max_bytes: int = param(16 << 20, unit="B", lo=0, hi=1 << 40,
+                                   help="sd200 policy: larger AllReduce/AllGather/ReduceScatter use ring",
+                                   reason="[E] top of the published 16 KB-16 MB range; a 64-rank ring's 126 steps "
+                                          "cost ~100 us of latency, amortised only by tens of MB")
+    reduce_gbps: float = param(1600.0, unit="GB/s", lo=0, lo_open=True, hi=1e6,
+                               help="local reduction bandwidth in gigaBYTES/s over bytes touched "
+                                    "(k operands read + 1 result written)",
+                               reason="[E] a reduction is HBM-bound; ~1.6 TB/s HBM class fits the 8.9 ms TPOT "
+                                      "(REFERENCE.md s3)")
+    reduce_kernel_ns: float = param(300.0, unit="ns", lo=0, hi=1e9,
+                                    help="fixed cost of one local reduction (or local copy) step",
+                                    reason="[E] HBM load latency plus a block-wide sync inside an already running "
+                                           "collective kernel; below the ~0.95 us of a separate tiny kernel "
+                                           "(REFERENCE.md s3)")
+    flag_bytes: int = param(8, unit="B", lo=1, hi=4096,
+                            help="size of a synchronisation flag store",
+                            reason="one 64-bit epoch counter written with a single store")
+    fold_flags: bool = param(True, unit="",
+                             help="write each flag right after its data in the same ordered flow (one transfer of "
+                                  "data+flag); false: a separate flag store issued after the data has landed",
+                             reason="a transfer keeps one path and posted stores on a path stay in order, so a "
+                                    "trailing flag cannot overtake its data (docs/contracts.md)")
+    launch_ns: float = param(1000.0, unit="ns", lo=0, hi=1e9,
+                             help="fixed start cost of a collective on each rank (kernel launch and prologue)",
+                             reason="[E] ~0.95 us fixed cost of a tiny kernel on a current accelerator "
+                                    "(REFERENCE.md s3); set 6600 for an NCCL-like library (ring LL base latency, "
+                                    "REFERENCE.md s4)")
+    step_ns: float = param(100.0, unit="ns", lo=0, hi=1e9,
+                           help="software cost per algorithm step on each rank: poll the step's flags, then issue",
+                           reason="[E] a local flag poll in a persistent fused kernel; set 600 for an NCCL-like "
+                                  "library (NVLink LL per-hop 0.6 us, REFERENCE.md s4)")
+    entry_barrier: bool = param(False, unit="",
+                                help="before writing into a peer, wait for that peer's 'buffer free' flag",
+                                reason="the SD200 library double-buffers its scratch with epoch-tagged flags "
+                                       "('minimal synchronisation'); true models a library that handshakes every "
+                                       "call (vLLM custom AllReduce's start barrier, NCCL's ready-to-receive)")
 
 
 SECTIONS = {

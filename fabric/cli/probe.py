@@ -52,3 +52,11 @@ def params():
     for row in describe():
         click.echo(f"{row['key']:32s} {row['default']!s:>12} {row['unit']:10s} {row['range']:22s} {row['help']}")
         click.echo(f"{'':32s} reason: {row['reason']}")
+
+
+def _register():
+    from fabric.cli.probe_topology import topology_cmd
+    main.add_command(topology_cmd, "topology")
+
+
+_register()

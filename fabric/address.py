@@ -1,0 +1,290 @@
+"""Unified address space: the switch-domain global map, per-host-domain windows, translation, a reference memory.
+
+Layout (all windows are `topology.accel_mem_gib` GiB, the memory of one accelerator):
+- Global (switch-domain) map, independent of every host domain: accelerator r owns
+  [GLOBAL_BASE + r*W, GLOBAL_BASE + (r+1)*W).
+- Host domain h sees every accelerator of the fabric above HOST_BASE: first *local* windows for its own
+  accelerators (ascending rank), then *shadow-device* windows for every remote accelerator (ascending rank). So a
+  host domain sees R/A times its own accelerator memory (8x for the 64-accelerator sd200, REFERENCE.md s1).
+- The ingress port translates host address -> global address -> destination rank; an access to a shadow window is
+  cross-host P2P, forwarded through the fabric (`ingress_cost_ps` charges EndpointConfig.translation_ns, plus
+  p2p_forward_ns for shadow windows).
+- An access that is not wholly inside one window is an Unsupported Request: `translate` returns status STATUS_UR
+  with an error text (never an exception, never a wrong address) and the kernel completes the transfer with UR.
+- Overlapping or empty windows are refused with AddressError when a table is built.
+
+`Memory` is a pure-Python functional model (sparse pages) used by tests to store through any window and read back.
+"""
+from __future__ import annotations
+
+import bisect
+import zlib
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from fabric.errors import FabricError
+
+STATUS_OK = 0
+STATUS_UR = 1          # Unsupported Request: the address hits no window (PCIe completion status UR)
+GIB = 1 << 30
+GLOBAL_BASE = 0        # the switch-domain space is private to the fabric: it may start at 0
+HOST_BASE = 1 << 44    # 16 TiB: above a host's own DRAM (64 TB over 8 hosts = 8 TB each, REFERENCE.md s1) and MMIO
+ADDR_LIMIT = 1 << 63   # addresses are int64 in the kernel
+
+
+class AddressError(FabricError):
+    """Address windows are malformed or overlap."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """Host (or global) addresses [base, base+size) map to global [target, target+size) in accelerator `rank`."""
+    base: int
+    size: int
+    rank: int
+    target: int
+    shadow: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+class Translation(NamedTuple):
+    """Result of a lookup. status STATUS_OK, or STATUS_UR with the other numbers -1/False and `error` set."""
+    global_addr: int
+    dst_rank: int
+    is_shadow: bool
+    status: int = STATUS_OK
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+
+class HostAddress(NamedTuple):
+    """Result of the inverse lookup (global -> host address of one domain)."""
+    host_addr: int
+    dst_rank: int
+    is_shadow: bool
+    status: int = STATUS_OK
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+
+class WindowTable:
+    """Non-overlapping windows sorted by base; lookups by bisection (scalar) or searchsorted (arrays)."""
+
+    def __init__(self, windows, what: str = "address map"):
+        ws = sorted(windows, key=lambda w: (w.base, w.size))
+        for w in ws:
+            if w.size <= 0:
+                raise AddressError(f"{what}: window of rank {w.rank} at {w.base:#x} has size {w.size}; must be > 0")
+            if w.base < 0 or w.end > ADDR_LIMIT or w.target < 0 or w.target + w.size > ADDR_LIMIT:
+                raise AddressError(f"{what}: window of rank {w.rank} [{w.base:#x}, {w.end:#x}) does not fit in "
+                                   f"63-bit addresses")
+        for a, b in zip(ws, ws[1:]):
+            if b.base < a.end:
+                raise AddressError(f"{what}: window of rank {b.rank} [{b.base:#x}, {b.end:#x}) overlaps window of "
+                                   f"rank {a.rank} [{a.base:#x}, {a.end:#x})")
+        self.what = what
+        self.windows: list[Window] = ws
+        self._bases = [w.base for w in ws]
+        self.base = np.array(self._bases, dtype=np.int64)
+        self.size = np.array([w.size for w in ws], dtype=np.int64)
+        self.target = np.array([w.target for w in ws], dtype=np.int64)
+        self.rank = np.array([w.rank for w in ws], dtype=np.int32)
+        self.shadow = np.array([w.shadow for w in ws], dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def find(self, addr: int, nbytes: int = 1) -> int:
+        """Index of the window wholly containing [addr, addr+nbytes), or -1."""
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i < 0 or nbytes < 1:
+            return -1
+        w = self.windows[i]
+        return i if addr + nbytes <= w.end else -1
+
+    def find_array(self, addrs, nbytes=1) -> np.ndarray:
+        """Vectorised `find`: int64[n] window indices, -1 where out of every window."""
+        addrs = np.asarray(addrs, dtype=np.int64)
+        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), addrs.shape)
+        i = np.searchsorted(self.base, addrs, side="right") - 1
+        safe = np.clip(i, 0, max(len(self) - 1, 0))
+        inside = (i >= 0) & (nbytes >= 1) & (len(self) > 0)
+        if len(self):
+            inside &= addrs + nbytes <= self.base[safe] + self.size[safe]
+        return np.where(inside, i, -1)
+
+
+class AddressMap:
+    """Global map plus one host view per domain. Build with `build_address_map(topo, cfg)` or directly."""
+
+    def __init__(self, rank_domain, window_bytes: int, global_base: int = GLOBAL_BASE, host_base: int = HOST_BASE):
+        self.rank_domain = np.asarray(rank_domain, dtype=np.int32)
+        self.n_ranks = R = len(self.rank_domain)
+        self.window_bytes = W = int(window_bytes)
+        self.global_base, self.host_base = int(global_base), int(host_base)
+        self.global_windows = WindowTable(
+            [Window(global_base + r * W, W, r, global_base + r * W) for r in range(R)], "global address map")
+        self.domains: dict[int, WindowTable] = {}
+        self._host_slot: dict[int, np.ndarray] = {}
+        for h in sorted(set(self.rank_domain.tolist()) - {-1}):
+            local = [r for r in range(R) if self.rank_domain[r] == h]
+            remote = [r for r in range(R) if self.rank_domain[r] != h]
+            order = local + remote
+            wins = [Window(host_base + i * W, W, r, global_base + r * W, shadow=bool(self.rank_domain[r] != h))
+                    for i, r in enumerate(order)]
+            self.domains[h] = WindowTable(wins, f"host domain {h} address map")
+            slot = np.empty(R, dtype=np.int64)
+            slot[order] = np.arange(R)
+            self._host_slot[h] = slot
+
+    # ------------------------------------------------------------ helpers for building addresses
+    def global_addr(self, rank: int, offset: int = 0) -> int:
+        return self.global_base + rank * self.window_bytes + offset
+
+    def host_addr(self, domain: int, rank: int, offset: int = 0) -> int:
+        """Address at which host domain `domain` sees byte `offset` of accelerator `rank` (local or shadow)."""
+        self._table(domain)
+        return self.host_base + int(self._host_slot[domain][rank]) * self.window_bytes + offset
+
+    def _table(self, domain: int) -> WindowTable:
+        try:
+            return self.domains[domain]
+        except KeyError:
+            raise AddressError(f"host domain {domain} does not exist (domains: {sorted(self.domains)})") from None
+
+    # ------------------------------------------------------------ translation
+    def translate(self, domain: int, host_addr: int, nbytes: int = 1) -> Translation:
+        """Host address of `domain` -> (global address, destination rank, is_shadow); UR if outside every window."""
+        t = self._table(domain)
+        i = t.find(host_addr, nbytes)
+        if i < 0:
+            return Translation(-1, -1, False, STATUS_UR,
+                               f"Unsupported Request: host domain {domain} access [{host_addr:#x}, "
+                               f"{host_addr + nbytes:#x}) is not inside one window")
+        w = t.windows[i]
+        return Translation(w.target + (host_addr - w.base), w.rank, w.shadow)
+
+    def to_host(self, domain: int, global_addr: int, nbytes: int = 1) -> HostAddress:
+        """Inverse of `translate`: global address -> host address in `domain`; UR if outside the global map."""
+        rank, off = self.locate(global_addr, nbytes)
+        if rank < 0:
+            return HostAddress(-1, -1, False, STATUS_UR,
+                               f"Unsupported Request: global access [{global_addr:#x}, {global_addr + nbytes:#x}) "
+                               f"is not inside one accelerator's window")
+        self._table(domain)
+        return HostAddress(self.host_addr(domain, rank, off), rank, bool(self.rank_domain[rank] != domain))
+
+    def locate(self, global_addr: int, nbytes: int = 1) -> tuple[int, int]:
+        """Global address -> (rank, offset in its memory), (-1, -1) if outside the global map."""
+        i = self.global_windows.find(global_addr, nbytes)
+        if i < 0:
+            return -1, -1
+        w = self.global_windows.windows[i]
+        return w.rank, global_addr - w.base
+
+    def translate_array(self, domain: int, host_addrs, nbytes=1):
+        """Vectorised translate: (status int8, global_addr int64, dst_rank int32, is_shadow bool) arrays."""
+        t = self._table(domain)
+        addrs = np.asarray(host_addrs, dtype=np.int64)
+        i = t.find_array(addrs, nbytes)
+        ok = i >= 0
+        j = np.where(ok, i, 0)
+        if not len(t):
+            return (np.full(addrs.shape, STATUS_UR, np.int8), np.full(addrs.shape, -1, np.int64),
+                    np.full(addrs.shape, -1, np.int32), np.zeros(addrs.shape, bool))
+        status = np.where(ok, STATUS_OK, STATUS_UR).astype(np.int8)
+        gaddr = np.where(ok, t.target[j] + (addrs - t.base[j]), -1)
+        rank = np.where(ok, t.rank[j], -1).astype(np.int32)
+        shadow = ok & t.shadow[j]
+        return status, gaddr, rank, shadow
+
+
+def build_address_map(topo, cfg) -> AddressMap:
+    """The address map of a built Topology: one window of topology.accel_mem_gib GiB per rank."""
+    return AddressMap(topo.node_domain[:topo.n_ranks], cfg.topology.accel_mem_gib * GIB)
+
+
+def ingress_cost_ps(cfg, is_shadow: bool) -> int:
+    """What the ingress port charges a request: translation, plus forwarding when it targets a shadow window."""
+    e = cfg.endpoint
+    return int(round(1000 * (e.translation_ns + (e.p2p_forward_ns if is_shadow else 0.0))))
+
+
+# ---------------------------------------------------------------- functional reference memory
+
+class Memory:
+    """Sparse byte-accurate memory of every accelerator, reached through an AddressMap (functional level only)."""
+
+    PAGE = 4096
+
+    def __init__(self, amap: AddressMap):
+        self.amap = amap
+        self.pages: dict[tuple[int, int], bytearray] = {}
+
+    def _spans(self, rank: int, offset: int, n: int):
+        P = self.PAGE
+        pos = 0
+        while pos < n:
+            page, within = divmod(offset + pos, P)
+            take = min(P - within, n - pos)
+            yield page, within, pos, take
+            pos += take
+
+    def write_local(self, rank: int, offset: int, data: bytes) -> None:
+        for page, within, pos, take in self._spans(rank, offset, len(data)):
+            buf = self.pages.setdefault((rank, page), bytearray(self.PAGE))
+            buf[within:within + take] = data[pos:pos + take]
+
+    def read_local(self, rank: int, offset: int, n: int) -> bytes:
+        out = bytearray(n)
+        for page, within, pos, take in self._spans(rank, offset, n):
+            buf = self.pages.get((rank, page))
+            if buf is not None:
+                out[pos:pos + take] = buf[within:within + take]
+        return bytes(out)
+
+    def store(self, domain: int, host_addr: int, data: bytes) -> Translation:
+        """Posted write through host domain `domain`'s windows; UR leaves every memory untouched."""
+        tr = self.amap.translate(domain, host_addr, max(len(data), 1))
+        if tr.ok:
+            self.write_local(tr.dst_rank, tr.global_addr - self.amap.global_addr(tr.dst_rank), data)
+        return tr
+
+    def load(self, domain: int, host_addr: int, n: int) -> tuple[Translation, bytes | None]:
+        """Read through host domain `domain`'s windows; (UR result, None) outside every window."""
+        tr = self.amap.translate(domain, host_addr, max(n, 1))
+        if not tr.ok:
+            return tr, None
+        return tr, self.read_local(tr.dst_rank, tr.global_addr - self.amap.global_addr(tr.dst_rank), n)
+
+    def store_global(self, global_addr: int, data: bytes) -> int:
+        rank, off = self.amap.locate(global_addr, max(len(data), 1))
+        if rank < 0:
+            return STATUS_UR
+        self.write_local(rank, off, data)
+        return STATUS_OK
+
+    def load_global(self, global_addr: int, n: int) -> tuple[int, bytes | None]:
+        rank, off = self.amap.locate(global_addr, max(n, 1))
+        if rank < 0:
+            return STATUS_UR, None
+        return STATUS_OK, self.read_local(rank, off, n)
+
+    def checksum(self, rank: int) -> int:
+        """CRC-32 over the rank's written pages (address order), for cheap whole-memory comparisons."""
+        crc = 0
+        for key in sorted(k for k in self.pages if k[0] == rank):
+            crc = zlib.crc32(key[1].to_bytes(8, "little"), crc)
+            crc = zlib.crc32(self.pages[key], crc)
+        return crc

@@ -1,0 +1,39 @@
+"""`fabric-probe topology`: build a fabric, route it, and print its size, diameter, hops and bisection bandwidth."""
+from __future__ import annotations
+
+import click
+
+from fabric.cli.common import friendly, write_json
+from fabric.config import load_config, parse_set
+
+
+@click.command("topology")
+@click.option("--preset", "-p", default=None, help="preset name (see fabric/presets/); default: the built-in sd200")
+@click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
+              help="TOML file applied after the preset")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE", help="override one parameter (repeatable)")
+@click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="also write the figures here")
+@friendly
+def topology_cmd(preset, config_file, sets, json_path):
+    """Nodes, links, diameter (hops between ranks), average hops and bisection bandwidth of a fabric.
+
+    Hops count channels on the routed path between two ranks (accelerator -> switch -> ... -> accelerator).
+    Bisection bandwidth: summed one-direction data rate of the channels crossing a balanced cut of the ranks (the
+    router mesh halved across its longest dimension, otherwise the host domains halved).
+    """
+    from fabric.topology import build, metrics
+
+    cfg = load_config(preset=preset, config_file=config_file, overrides=parse_set(sets))
+    topo = build(cfg)
+    m = metrics(topo)
+    m["preset"] = preset
+    click.echo(f"{m['name']}: {m['description']}")
+    click.echo(f"  nodes            {m['nodes']} ({m['ranks']} accelerators, {m['switches']} switches, "
+               f"{m['nics']} NICs)")
+    click.echo(f"  links            {m['links']} ({m['channels']} channels)")
+    click.echo(f"  routing          {m['routing']}, {m['vc_levels']} VC level(s), up to {m['max_candidates']} "
+               f"candidate path(s) per pair")
+    click.echo(f"  diameter         {m['diameter']} hops")
+    click.echo(f"  average hops     {m['average_hops']:.3f}")
+    click.echo(f"  bisection        {m['bisection_GBps']:.1f} GB/s per direction ({m['bisection_cut']})")
+    write_json(json_path, m)

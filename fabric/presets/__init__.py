@@ -1,0 +1,1 @@
+"""Preset TOML files (package data)."""

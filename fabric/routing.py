@@ -1,0 +1,401 @@
+"""The fabric manager: shortest-path routes for every rank pair, per-switch tables, and a deadlock-freedom proof.
+
+Algorithms (`route(topo, method=...)`):
+- ``dor``: dimension-order (x, then y, then z) on the router mesh of `topo` (the domain switches of sd200, the
+  accelerators of an accelerator mesh). On tori the shorter way round each ring is taken (both ways when they tie)
+  and a dateline raises the VC level to 1 from the wrap-around channel on, until the next dimension starts
+  (Dally & Seitz). Parallel ports and links give several equal candidates.
+- ``updown``: the general fallback for arbitrary graphs (scale-out). Channels between two forwarding nodes are
+  oriented "up" towards a root (BFS level, then node id); a legal route climbs zero or more up channels then
+  descends zero or more down channels. Channels that touch a non-forwarding endpoint carry no dependency through
+  that endpoint and are unrestricted. Every shortest *legal* path is a candidate (at most `max_candidates`).
+- ``shortest``: every shortest path with no restriction. Not deadlock-free in general; it exists so that tests
+  (and users) can see `check_deadlock_free` refuse a cyclic routing.
+- ``auto``: ``dor`` where the builder made a mesh, else ``updown``.
+
+Candidates of pair (s, d) are rotated by (s + d) so that flow 0 of different pairs starts on different ports and
+links; the kernel takes candidate `flow % n`, so every flow stays on one path (in order) and flows spread
+deterministically.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from fabric.errors import RoutingError
+from fabric.topology import Topology
+
+METHODS = ("auto", "dor", "updown", "shortest")
+
+
+def route(topo: Topology, method: str = "auto", *, datelines: bool = True, max_candidates: int = 16) -> Topology:
+    """Fill topo.pair_ptr/path_ptr/path_ch/path_vcl/vc_levels (in place; also returned).
+
+    `datelines=False` on a torus gives plain dimension order without dateline VCs: cyclic, for tests.
+    """
+    if method not in METHODS:
+        raise RoutingError(f"unknown routing method {method!r}; use one of {', '.join(METHODS)}")
+    if method == "auto":
+        method = "dor" if topo.mesh_dims else "updown"
+    if method == "dor":
+        if not topo.mesh_dims:
+            raise RoutingError(f"dimension-order routing needs a mesh; {topo.name} is not one (use updown)")
+        _route_dor(topo, datelines)
+        torus = any(topo.mesh_wrap)
+        topo.routing = "dor-dateline" if torus and datelines else "dor"
+    else:
+        _route_graph(topo, restrict=(method == "updown"), max_candidates=max_candidates)
+        topo.routing = method
+    topo.vc_levels = int(topo.path_vcl.max()) + 1 if len(topo.path_vcl) else 1
+    return topo
+
+
+# ---------------------------------------------------------------- dimension order on a router mesh
+
+def _router_candidates(topo: Topology, datelines: bool):
+    """Candidate router-level paths for every router pair: (cnt[S*S], start[S*S], cand_ptr, cand_ch, cand_vcl)."""
+    dims, wrap, nodes = topo.mesh_dims, topo.mesh_wrap, topo.mesh_nodes
+    X, Y, Z = dims
+    S = X * Y * Z
+    is_router = np.zeros(topo.n_nodes, dtype=bool)
+    is_router[nodes] = True
+    between = np.nonzero(is_router[topo.ch_src] & is_router[topo.ch_dst])[0]
+    lanes: dict[tuple[int, int], list[int]] = {}
+    for c in between:  # channel ids ascend with lane index, so each list is in lane order
+        lanes.setdefault((int(topo.ch_src[c]), int(topo.ch_dst[c])), []).append(int(c))
+    width = max((len(v) for v in lanes.values()), default=1)
+
+    cnt = np.zeros(S * S, dtype=np.int64)
+    start = np.zeros(S * S, dtype=np.int64)
+    cand_ptr, cand_ch, cand_vcl = [0], [], []
+    for a in range(S):
+        ca = (a % X, (a // X) % Y, a // (X * Y))
+        for b in range(S):
+            cb = (b % X, (b // X) % Y, b // (X * Y))
+            # per dimension: list of (step, n_steps) alternatives
+            options = []
+            for dim in range(3):
+                k, delta = dims[dim], cb[dim] - ca[dim]
+                if delta == 0:
+                    options.append([(0, 0)])
+                elif not wrap[dim]:
+                    options.append([(1 if delta > 0 else -1, abs(delta))])
+                else:
+                    fwd = delta % k
+                    back = k - fwd
+                    alt = []
+                    if fwd <= back:
+                        alt.append((1, fwd))
+                    if back <= fwd:
+                        alt.append((-1, back))
+                    options.append(alt)
+            start[a * S + b] = len(cand_ptr) - 1
+            n = 0
+            for lane in range(width if a != b else 1):
+                for ox in options[0]:
+                    for oy in options[1]:
+                        for oz in options[2]:
+                            c = list(ca)
+                            for dim, (step, steps) in enumerate((ox, oy, oz)):
+                                level = 0
+                                for _ in range(steps):
+                                    u = nodes[c[0] + X * (c[1] + Y * c[2])]
+                                    nxt = (c[dim] + step) % dims[dim]
+                                    if wrap[dim] and datelines and abs(nxt - c[dim]) != 1:
+                                        level = 1        # the wrap-around channel is the dateline
+                                    c[dim] = nxt
+                                    v = nodes[c[0] + X * (c[1] + Y * c[2])]
+                                    chs = lanes[(int(u), int(v))]
+                                    cand_ch.append(chs[lane % len(chs)])
+                                    cand_vcl.append(level)
+                            cand_ptr.append(len(cand_ch))
+                            n += 1
+            cnt[a * S + b] = n
+    return (cnt, start, np.array(cand_ptr, dtype=np.int64), np.array(cand_ch, dtype=np.int32),
+            np.array(cand_vcl, dtype=np.int8))
+
+
+def _route_dor(topo: Topology, datelines: bool) -> None:
+    R = topo.n_ranks
+    S = len(topo.mesh_nodes)
+    cnt, start, cptr, cch, cvcl = _router_candidates(topo, datelines)
+    N = topo.rank_ports
+    s, d = np.divmod(np.arange(R * R, dtype=np.int64), R)
+    ab = topo.rank_router[s].astype(np.int64) * S + topo.rank_router[d]
+    m = cnt[ab]
+    K = np.lcm(m, N) if N > 0 else m.copy()
+    K[s == d] = 0
+    pair_ptr = np.zeros(R * R + 1, dtype=np.int64)
+    np.cumsum(K, out=pair_ptr[1:])
+    P = int(pair_ptr[-1])
+    # expand pairs into their candidate paths
+    pair = np.repeat(np.arange(R * R, dtype=np.int64), K)
+    j = np.arange(P, dtype=np.int64) - pair_ptr[pair]
+    ps, pd = s[pair], d[pair]
+    rc = start[ab[pair]] + (j + ps + pd) % m[pair]
+    mid_len = cptr[rc + 1] - cptr[rc]
+    extra = 2 if N > 0 else 0
+    path_ptr = np.zeros(P + 1, dtype=np.int64)
+    np.cumsum(mid_len + extra, out=path_ptr[1:])
+    H = int(path_ptr[-1])
+    path_ch = np.empty(H, dtype=np.int32)
+    path_vcl = np.zeros(H, dtype=np.int8)
+    # middle (router-to-router) hops, gathered from the router candidates
+    mid_total = int(mid_len.sum())
+    mid_start = np.zeros(P, dtype=np.int64)
+    np.cumsum(mid_len[:-1], out=mid_start[1:])
+    within = np.arange(mid_total, dtype=np.int64) - np.repeat(mid_start, mid_len)
+    dst_pos = np.repeat(path_ptr[:-1] + (1 if N > 0 else 0), mid_len) + within
+    src_pos = np.repeat(cptr[rc], mid_len) + within
+    path_ch[dst_pos] = cch[src_pos]
+    path_vcl[dst_pos] = cvcl[src_pos]
+    del within, dst_pos, src_pos
+    if N > 0:  # first hop: rank -> its router, last hop: router -> rank, over one of N parallel ports
+        up, down = _attach_ports(topo, N)
+        path_ch[path_ptr[:-1]] = up[ps, (j + pd) % N]
+        path_ch[path_ptr[1:] - 1] = down[pd, (j + ps) % N]
+    topo.pair_ptr, topo.path_ptr, topo.path_ch, topo.path_vcl = pair_ptr, path_ptr, path_ch, path_vcl
+
+
+def _attach_ports(topo: Topology, N: int) -> tuple[np.ndarray, np.ndarray]:
+    """int32[R, N] channels rank -> router (up) and router -> rank (down), in lane order."""
+    R = topo.n_ranks
+    router_nodes = topo.mesh_nodes[topo.rank_router]
+    out = []
+    for mine, other in ((topo.ch_src, topo.ch_dst), (topo.ch_dst, topo.ch_src)):
+        sel = np.nonzero((mine < R) & (other >= R))[0]
+        sel = sel[np.lexsort((topo.ch_lane[sel], mine[sel]))]
+        if len(sel) != R * N or np.any(other[sel].reshape(R, N) != router_nodes[:, None]):
+            raise RoutingError(f"{topo.name}: every rank must have exactly {N} ports to its router")
+        out.append(sel.astype(np.int32).reshape(R, N))
+    return out[0], out[1]
+
+
+# ---------------------------------------------------------------- general graphs: up*/down* or plain shortest
+
+def _orientation(topo: Topology) -> np.ndarray:
+    """int8[C]: +1 up, -1 down, 0 unrestricted (touches a non-forwarding endpoint). Roots: highest degree."""
+    fwd = topo.node_forwards
+    inner = fwd[topo.ch_src] & fwd[topo.ch_dst]
+    n = topo.n_nodes
+    adj: list[list[int]] = [[] for _ in range(n)]
+    for c in np.nonzero(inner)[0]:
+        adj[topo.ch_src[c]].append(int(topo.ch_dst[c]))
+    level = np.full(n, -1, dtype=np.int64)
+    degree = np.array([len(a) for a in adj])
+    for root in sorted(np.nonzero(fwd)[0], key=lambda v: (-degree[v], v)):  # one root per component
+        if level[root] >= 0:
+            continue
+        level[root] = 0
+        q = deque([root])
+        while q:
+            u = q.popleft()
+            for v in adj[u]:
+                if level[v] < 0:
+                    level[v] = level[u] + 1
+                    q.append(v)
+    key_src = level[topo.ch_src] * n + topo.ch_src
+    key_dst = level[topo.ch_dst] * n + topo.ch_dst
+    orient = np.where(key_dst < key_src, 1, -1).astype(np.int8)
+    orient[~inner] = 0
+    return orient
+
+
+_ENUMERATION_LIMIT = 4096
+
+
+def _spread(found: list, k: int) -> list:
+    """At most k of the enumerated paths, taken with a stride coprime to their count so that every branch point
+    (port, NIC, link) keeps several choices instead of the first k depth-first paths sharing their first hops."""
+    n = len(found)
+    if n <= k:
+        return found
+    stride = max(1, n // k)
+    while np.gcd(stride, n) != 1:
+        stride += 1
+    return [found[(i * stride) % n] for i in range(k)]
+
+
+def _route_graph(topo: Topology, restrict: bool, max_candidates: int) -> None:
+    n, R = topo.n_nodes, topo.n_ranks
+    orient = _orientation(topo) if restrict else np.zeros(topo.n_channels, dtype=np.int8)
+    fwd = topo.node_forwards
+    into: list[list[int]] = [[] for _ in range(n)]
+    out: list[list[int]] = [[] for _ in range(n)]
+    for c in range(topo.n_channels):
+        into[topo.ch_dst[c]].append(c)
+        out[topo.ch_src[c]].append(c)
+    src_l, dst_l = topo.ch_src.tolist(), topo.ch_dst.tolist()
+    orient_l = orient.tolist()
+
+    def step(phase: int, c: int) -> int:
+        """Phase after taking channel c in `phase` (0 may still climb, 1 descending), -1 if illegal."""
+        o = orient_l[c]
+        if o == 0:
+            return phase
+        if o > 0:
+            return 0 if phase == 0 else -1
+        return 1
+
+    counts = np.zeros(R * R, dtype=np.int64)
+    paths: list[list[int]] = []
+    for d in range(R):
+        # reverse BFS over states (node, phase): dist[phase][node] = hops to d
+        dist = [[-1] * n, [-1] * n]
+        dist[0][d] = dist[1][d] = 0
+        q = deque([(d, 0), (d, 1)])
+        while q:
+            v, pv = q.popleft()
+            for c in into[v]:
+                u = src_l[c]
+                for pu in (0, 1):
+                    if step(pu, c) == pv and dist[pu][u] < 0:
+                        dist[pu][u] = dist[pv][v] + 1
+                        if fwd[u]:          # non-forwarding nodes may start a path but never carry one
+                            q.append((u, pu))
+        for s in range(R):
+            if s == d:
+                continue
+            if dist[0][s] < 0:
+                raise RoutingError(f"{topo.name}: no {'legal ' if restrict else ''}route from "
+                                   f"{topo.node_names[s]} to {topo.node_names[d]}")
+            found: list[list[int]] = []
+            stack = [(s, 0, [])]
+            while stack and len(found) < _ENUMERATION_LIMIT:
+                u, pu, acc = stack.pop()
+                if u == d:
+                    found.append(acc)
+                    continue
+                want = dist[pu][u] - 1
+                nxt = []
+                for c in out[u]:
+                    v = dst_l[c]
+                    pv = step(pu, c)
+                    if pv >= 0 and dist[pv][v] == want and (v == d or fwd[v]):
+                        nxt.append((v, pv, acc + [c]))
+                stack.extend(reversed(nxt))   # depth first, lowest channel id first
+            found = _spread(found, max_candidates)
+            rot = (s + d) % len(found)
+            found = found[rot:] + found[:rot]
+            counts[s * R + d] = len(found)
+            paths.extend(found)
+    # paths were produced destination-major; reorder to pair order s*R + d
+    order_pairs = [(s, d) for d in range(R) for s in range(R) if s != d]
+    by_pair: dict[tuple[int, int], list[list[int]]] = {}
+    i = 0
+    for s, d in order_pairs:
+        k = int(counts[s * R + d])
+        by_pair[(s, d)] = paths[i:i + k]
+        i += k
+    pair_ptr = np.zeros(R * R + 1, dtype=np.int64)
+    np.cumsum(counts, out=pair_ptr[1:])
+    flat: list[int] = []
+    lens: list[int] = []
+    for s in range(R):
+        for d in range(R):
+            for p in by_pair.get((s, d), ()):
+                flat.extend(p)
+                lens.append(len(p))
+    path_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=path_ptr[1:])
+    topo.pair_ptr, topo.path_ptr = pair_ptr, path_ptr
+    topo.path_ch = np.array(flat, dtype=np.int32)
+    topo.path_vcl = np.zeros(len(flat), dtype=np.int8)
+
+
+# ---------------------------------------------------------------- deadlock freedom
+
+def dependency_edges(topo: Topology) -> np.ndarray:
+    """Unique channel dependencies as int64 pairs [E, 2] of virtual channels (channel * vc_levels + level)."""
+    L = max(topo.vc_levels, 1)
+    v = topo.path_ch.astype(np.int64) * L + topo.path_vcl
+    if len(v) < 2:
+        return np.zeros((0, 2), dtype=np.int64)
+    keep = np.ones(len(v) - 1, dtype=bool)
+    ends = topo.path_ptr[1:-1] - 1          # last hop of every path but the final one
+    keep[ends[ends < len(keep)]] = False
+    nv = topo.n_channels * L
+    key = np.unique(v[:-1][keep] * nv + v[1:][keep])
+    return np.stack(np.divmod(key, nv), axis=1)
+
+
+def check_deadlock_free(topo: Topology) -> None:
+    """Raise RoutingError naming a cycle if the channel-dependency graph of the routes has one.
+
+    Vertices are virtual channels (channel, VC level); an edge joins consecutive hops of a path. The graph is the
+    same for each traffic class (requests and responses use separate VCs with the same routes), so one check covers
+    all of them. Kahn's algorithm removes sources; whatever remains holds a cycle, found by walking predecessors.
+    """
+    L = max(topo.vc_levels, 1)
+    nv = topo.n_channels * L
+    edges = dependency_edges(topo)
+    if not len(edges):
+        return
+    a, b = edges[:, 0], edges[:, 1]
+    indeg = np.bincount(b, minlength=nv)
+    order = np.argsort(a, kind="stable")
+    succ_ptr = np.zeros(nv + 1, dtype=np.int64)
+    np.cumsum(np.bincount(a, minlength=nv), out=succ_ptr[1:])
+    succ = b[order].tolist()
+    sp = succ_ptr.tolist()
+    deg = indeg.tolist()
+    stack = [u for u in range(nv) if deg[u] == 0]
+    removed = 0
+    while stack:
+        u = stack.pop()
+        removed += 1
+        for w in succ[sp[u]:sp[u + 1]]:
+            deg[w] -= 1
+            if deg[w] == 0:
+                stack.append(w)
+    if removed == nv:
+        return
+    alive = np.array(deg) > 0
+    pred: dict[int, int] = {}
+    for x, y in zip(a.tolist(), b.tolist()):
+        if alive[x] and alive[y] and y not in pred:
+            pred[y] = x
+    cur = int(np.nonzero(alive)[0][0])
+    seen: dict[int, int] = {}
+    walk: list[int] = []
+    while cur not in seen:
+        seen[cur] = len(walk)
+        walk.append(cur)
+        cur = pred[cur]
+    cycle = walk[seen[cur]:][::-1]           # predecessors walked backwards: reverse into forward order
+    names = [topo.channel_name(vc // L) + (f"@vc{vc % L}" if L > 1 else "") for vc in cycle]
+    err = RoutingError(f"routing of {topo.name} ({topo.routing or 'custom'}) could deadlock: the channel-dependency "
+                       f"graph has a cycle of {len(names)} channels: {' -> '.join(names + names[:1])}")
+    err.cycle = names
+    raise err
+
+
+# ---------------------------------------------------------------- per-switch tables
+
+def switch_tables(topo: Topology) -> dict[int, dict[int, tuple[int, ...]]]:
+    """tables[node][dst rank] = output channels used by the routes at that forwarding node (for inspection).
+
+    Every hop after the first of every candidate path contributes (node it leaves, destination, channel); the first
+    hop is the source's own port choice (source routing), not a table entry.
+    """
+    R = topo.n_ranks
+    n_paths = len(topo.path_ptr) - 1
+    path_pair = np.repeat(np.arange(R * R, dtype=np.int64), np.diff(topo.pair_ptr))
+    path_len = np.diff(topo.path_ptr)
+    hop_path = np.repeat(np.arange(n_paths, dtype=np.int64), path_len)
+    first = np.zeros(len(topo.path_ch), dtype=bool)
+    first[topo.path_ptr[:-1][path_len > 0]] = True
+    ch = topo.path_ch[~first].astype(np.int64)
+    dst = path_pair[hop_path[~first]] % R
+    node = topo.ch_src[ch].astype(np.int64)
+    C = topo.n_channels
+    key = np.unique((node * R + dst) * C + ch)
+    nd, c = np.divmod(key, C)
+    nodes, dsts = np.divmod(nd, R)
+    tables: dict[int, dict[int, tuple[int, ...]]] = {}
+    cut = np.nonzero(np.diff(nd))[0] + 1
+    for grp_n, grp_d, grp_c in zip(np.split(nodes, cut), np.split(dsts, cut), np.split(c, cut)):
+        if len(grp_n):
+            tables.setdefault(int(grp_n[0]), {})[int(grp_d[0])] = tuple(int(x) for x in grp_c)
+    return tables

@@ -1,0 +1,374 @@
+"""Fabric description: nodes, unidirectional channels and (after routing) candidate paths, as numpy arrays.
+
+`build(cfg)` is the one entry point: it picks the builder named by `topology.kind`, fills the per-channel PHY
+arrays from the [phy] section (or the Ethernet fields for scale-out NIC links), asks the fabric manager
+(`fabric.routing.route`) for the paths and proves them deadlock-free before returning. See docs/contracts.md for
+the array contract and docs/topology.md for every builder and preset.
+
+Numbering: ranks (accelerators) are nodes 0..R-1; switches, NICs and other nodes follow. Channel 2k and 2k+1 are
+the two directions of link k.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fabric.config import FabricConfig
+from fabric.errors import ConfigError
+
+ACCEL, SWITCH, NIC = 0, 1, 2
+KIND_NAMES = {ACCEL: "accelerator", SWITCH: "switch", NIC: "nic"}
+
+
+@dataclass
+class Topology:
+    """Nodes, channels and routes of one fabric (docs/contracts.md). Arrays are read-only by convention."""
+    # --- nodes ---
+    name: str
+    n_ranks: int
+    node_names: list[str]
+    node_kind: np.ndarray          # int8[n_nodes]: 0 accelerator, 1 switch, 2 NIC
+    node_domain: np.ndarray        # int32[n_nodes]: host domain, -1 for none
+    node_latency_ps: np.ndarray    # int64[n_nodes]: cost of crossing (being forwarded by) the node
+    # --- channels (one direction of a link) ---
+    ch_src: np.ndarray             # int32[C]
+    ch_dst: np.ndarray             # int32[C]
+    ch_rev: np.ndarray             # int32[C]: the opposite direction of the same link
+    ch_ps_per_byte: np.ndarray     # float64[C]: serialisation time per byte
+    ch_latency_ps: np.ndarray      # int64[C]: PHY tx + rx + wire
+    ch_ber: np.ndarray             # float64[C]
+    # --- routes (filled by fabric.routing.route) ---
+    pair_ptr: np.ndarray = None    # int64[R*R+1]: candidates of pair (s, d) are paths pair_ptr[s*R+d]..[s*R+d+1]
+    path_ptr: np.ndarray = None    # int64[P+1]: path p is path_ch[path_ptr[p]:path_ptr[p+1]]
+    path_ch: np.ndarray = None     # int32[H]: channel of each hop
+    path_vcl: np.ndarray = None    # int8[H]: VC level of each hop (dateline level on tori, else 0)
+    vc_levels: int = 1             # max level + 1
+    # --- extras (not needed by the kernel) ---
+    kind: str = ""                 # builder that made it (topology.kind)
+    description: str = ""
+    node_forwards: np.ndarray = None  # bool[n_nodes]: may appear in the middle of a path
+    node_coord: np.ndarray = None  # int32[n_nodes, 3]: mesh coordinate (accelerators inherit their switch's), -1
+    ch_lane: np.ndarray = None     # int32[C]: index among parallel links joining the same two nodes
+    mesh_dims: tuple = ()          # router mesh (X, Y, Z) for dimension-order routing; () if not a mesh
+    mesh_wrap: tuple = ()          # per dimension: closed into a ring
+    mesh_nodes: np.ndarray = None  # int32[X*Y*Z]: router node at x + X*(y + Y*z)
+    rank_router: np.ndarray = None  # int32[R]: index into mesh_nodes of the router serving each rank
+    rank_ports: int = 0            # parallel ports rank -> router; 0 when the rank is its own router
+    routing: str = ""              # algorithm the fabric manager used (dor, dor-dateline, updown, shortest)
+
+    # ---------------------------------------------------------------- conveniences
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def n_channels(self) -> int:
+        return len(self.ch_src)
+
+    @property
+    def n_links(self) -> int:
+        return len(self.ch_src) // 2
+
+    def channel_name(self, c: int) -> str:
+        """`sw3->sw7`, with `#k` for the k-th (k > 0) of parallel links between the same two nodes."""
+        base = f"{self.node_names[self.ch_src[c]]}->{self.node_names[self.ch_dst[c]]}"
+        lane = 0 if self.ch_lane is None else int(self.ch_lane[c])
+        return base if lane == 0 else f"{base}#{lane}"
+
+    def n_candidates(self, s: int, d: int) -> int:
+        i = s * self.n_ranks + d
+        return int(self.pair_ptr[i + 1] - self.pair_ptr[i])
+
+    def paths(self, s: int, d: int) -> list[np.ndarray]:
+        """Candidate paths (channel arrays) of pair (s, d); flow f uses candidate f % len."""
+        i = s * self.n_ranks + d
+        return [self.path_ch[self.path_ptr[p]:self.path_ptr[p + 1]]
+                for p in range(self.pair_ptr[i], self.pair_ptr[i + 1])]
+
+    def path_for_flow(self, s: int, d: int, flow: int) -> tuple[np.ndarray, np.ndarray]:
+        """(channels, VC levels) that flow `flow` from s to d takes, as the kernel picks it."""
+        i = s * self.n_ranks + d
+        n = int(self.pair_ptr[i + 1] - self.pair_ptr[i])
+        if n == 0:
+            raise IndexError(f"no path from rank {s} to rank {d}")
+        p = int(self.pair_ptr[i]) + flow % n
+        a, b = self.path_ptr[p], self.path_ptr[p + 1]
+        return self.path_ch[a:b], self.path_vcl[a:b]
+
+    def path_latency_ps(self, chans) -> int:
+        """Zero-load head latency of a path: channel latencies + nodes crossed (not serialisation)."""
+        chans = np.asarray(chans)
+        return int(self.ch_latency_ps[chans].sum() + self.node_latency_ps[self.ch_dst[chans[:-1]]].sum())
+
+    def summary(self) -> dict:
+        return metrics(self)
+
+
+# ---------------------------------------------------------------- construction helper
+
+class _Builder:
+    """Accumulates nodes and bidirectional links in Python lists, then freezes them into arrays."""
+
+    def __init__(self, cfg: FabricConfig):
+        self.cfg = cfg
+        p = cfg.phy
+        self.fabric_ps_per_byte = 8000.0 / (p.lanes * p.lane_rate_gbps * p.line_code_efficiency)
+        self.fabric_latency_ps = int(round(1000 * (p.tx_latency_ns + p.rx_latency_ns + p.cable_m * p.wire_ns_per_m)))
+        self.names, self.kinds, self.domains, self.lat, self.fwd, self.coords = [], [], [], [], [], []
+        self.src, self.dst, self.ps, self.chlat, self.lane = [], [], [], [], []
+        self._pair_count: dict[tuple[int, int], int] = {}
+
+    def node(self, name, kind, domain=-1, latency_ps=0, forwards=False, coord=(-1, -1, -1)) -> int:
+        self.names.append(name)
+        self.kinds.append(kind)
+        self.domains.append(domain)
+        self.lat.append(int(latency_ps))
+        self.fwd.append(bool(forwards))
+        self.coords.append(tuple(coord))
+        return len(self.names) - 1
+
+    def link(self, u: int, v: int, ps_per_byte: float | None = None, latency_ps: int | None = None) -> None:
+        ps = self.fabric_ps_per_byte if ps_per_byte is None else ps_per_byte
+        lat = self.fabric_latency_ps if latency_ps is None else latency_ps
+        key = (min(u, v), max(u, v))
+        k = self._pair_count.get(key, 0)
+        self._pair_count[key] = k + 1
+        for a, b in ((u, v), (v, u)):
+            self.src.append(a)
+            self.dst.append(b)
+            self.ps.append(ps)
+            self.chlat.append(lat)
+            self.lane.append(k)
+
+    def freeze(self, name: str, n_ranks: int, kind: str, description: str, **extra) -> Topology:
+        c = len(self.src)
+        rev = np.arange(c, dtype=np.int32) ^ 1
+        return Topology(
+            name=name, n_ranks=n_ranks, node_names=self.names,
+            node_kind=np.array(self.kinds, dtype=np.int8), node_domain=np.array(self.domains, dtype=np.int32),
+            node_latency_ps=np.array(self.lat, dtype=np.int64),
+            ch_src=np.array(self.src, dtype=np.int32), ch_dst=np.array(self.dst, dtype=np.int32), ch_rev=rev,
+            ch_ps_per_byte=np.array(self.ps, dtype=np.float64), ch_latency_ps=np.array(self.chlat, dtype=np.int64),
+            ch_ber=np.full(c, self.cfg.phy.ber, dtype=np.float64),
+            kind=kind, description=description, node_forwards=np.array(self.fwd, dtype=bool),
+            node_coord=np.array(self.coords, dtype=np.int32).reshape(-1, 3),
+            ch_lane=np.array(self.lane, dtype=np.int32), **extra)
+
+
+def parse_dims(text: str, key: str) -> tuple[int, int, int]:
+    """'4x4x4' -> (4, 4, 4); one to three positive factors, missing ones are 1."""
+    try:
+        dims = tuple(int(t) for t in str(text).lower().replace("*", "x").split("x"))
+    except ValueError:
+        dims = ()
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise ConfigError(f"{key}={text!r} must look like XxYxZ with positive integers, e.g. 4x4x4")
+    return dims + (1,) * (3 - len(dims))
+
+
+def _mesh_links(b: _Builder, nodes: np.ndarray, dims, wrap, lanes: int) -> None:
+    """Join router nodes (indexed x + X*(y + Y*z)) in a mesh/torus, `lanes` parallel links per neighbour pair."""
+    X, Y, Z = dims
+    for dim in range(3):
+        k = dims[dim]
+        for idx in range(X * Y * Z):
+            c = [idx % X, (idx // X) % Y, idx // (X * Y)]
+            if c[dim] + 1 < k or (wrap[dim] and c[dim] == k - 1):
+                n = list(c)
+                n[dim] = (c[dim] + 1) % k
+                j = n[0] + X * (n[1] + Y * n[2])
+                for _ in range(lanes):
+                    b.link(int(nodes[idx]), int(nodes[j]))
+
+
+def _coord(idx: int, dims) -> tuple[int, int, int]:
+    X, Y, _ = dims
+    return idx % X, (idx // X) % Y, idx // (X * Y)
+
+
+# ---------------------------------------------------------------- builders
+
+def build_sd200(cfg: FabricConfig) -> Topology:
+    """Host domains of `accels_per_domain` accelerators, one fabric switch per domain, switches in a 3D mesh."""
+    t = cfg.topology
+    dims = parse_dims(t.switch_mesh_dims, "topology.switch_mesh_dims")
+    n_dom = dims[0] * dims[1] * dims[2]
+    A, N = t.accels_per_domain, t.ports_per_accel
+    R = n_dom * A
+    b = _Builder(cfg)
+    for r in range(R):
+        b.node(f"acc{r}", ACCEL, domain=r // A, coord=_coord(r // A, dims))
+    sw_lat = int(round(cfg.switch.latency_ns * 1000))
+    sw = np.array([b.node(f"sw{d}", SWITCH, domain=d, latency_ps=sw_lat, forwards=True, coord=_coord(d, dims))
+                   for d in range(n_dom)], dtype=np.int32)
+    for r in range(R):
+        for _ in range(N):
+            b.link(r, int(sw[r // A]))
+    _mesh_links(b, sw, dims, (False, False, False), t.links_per_neighbor)
+    desc = (f"{n_dom} host domains of {A} accelerators; domain switches in a {'x'.join(map(str, dims))} mesh; "
+            f"{N} ports per accelerator, {t.links_per_neighbor} links between neighbouring switches")
+    return b.freeze(f"sd200-{R}", R, "sd200", desc, mesh_dims=dims, mesh_wrap=(False, False, False),
+                    mesh_nodes=sw, rank_router=np.arange(R, dtype=np.int32) // A, rank_ports=N)
+
+
+def build_accel_mesh(cfg: FabricConfig, torus: bool = False) -> Topology:
+    """Accelerators themselves in a 3D mesh (or torus), each forwarding through its embedded router."""
+    t = cfg.topology
+    dims = parse_dims(t.mesh_dims, "topology.mesh_dims")
+    wrap = tuple(bool(torus or t.wrap) and k >= 3 for k in dims)  # a ring of 2 would just double the link
+    R = dims[0] * dims[1] * dims[2]
+    b = _Builder(cfg)
+    lat = int(round(t.accel_router_ns * 1000))
+    for r in range(R):
+        b.node(f"acc{r}", ACCEL, domain=r // t.accels_per_domain, latency_ps=lat, forwards=True,
+               coord=_coord(r, dims))
+    nodes = np.arange(R, dtype=np.int32)
+    _mesh_links(b, nodes, dims, wrap, t.links_per_neighbor)
+    shape = "torus" if any(wrap) else "mesh"
+    name = f"{shape}-{'x'.join(map(str, dims))}"
+    desc = f"{R} accelerators in a {'x'.join(map(str, dims))} {shape}, {t.links_per_neighbor} link(s) per neighbour"
+    return b.freeze(name, R, "accel_torus" if torus else "accel_mesh", desc, mesh_dims=dims, mesh_wrap=wrap,
+                    mesh_nodes=nodes, rank_router=nodes.copy(), rank_ports=0)
+
+
+def build_scaleout_roce(cfg: FabricConfig) -> Topology:
+    """8-accelerator hosts with an in-host switch; hosts joined by RoCE NICs through one Ethernet switch."""
+    t = cfg.topology
+    H, A, N, K = t.scaleout_hosts, t.accels_per_domain, t.ports_per_accel, t.nics_per_host
+    if K != A and A % K:
+        raise ConfigError(f"topology.nics_per_host={K} must equal topology.accels_per_domain={A} (one NIC per "
+                          f"accelerator) or divide it")
+    R = H * A
+    b = _Builder(cfg)
+    for r in range(R):
+        b.node(f"acc{r}", ACCEL, domain=r // A)
+    sw_lat = int(round(cfg.switch.latency_ns * 1000))
+    hsw = [b.node(f"hsw{h}", SWITCH, domain=h, latency_ps=sw_lat, forwards=True) for h in range(H)]
+    nic_lat = int(round(t.nic_latency_ns * 1000))
+    nics = [b.node(f"nic{i}", NIC, domain=i // K, latency_ps=nic_lat, forwards=True) for i in range(H * K)]
+    eth = b.node("eth0", SWITCH, latency_ps=int(round(t.eth_switch_latency_ns * 1000)), forwards=True)
+    p = cfg.phy
+    pcie_lat = int(round(1000 * (p.tx_latency_ns + p.rx_latency_ns)))  # on-board PCIe trace, no cable
+    eth_lat = int(round(1000 * (t.eth_phy_latency_ns + t.eth_cable_m * p.wire_ns_per_m)))
+    for r in range(R):
+        for _ in range(N):
+            b.link(r, hsw[r // A])
+    for i, nic in enumerate(nics):
+        h = i // K
+        if K == A:   # one NIC per accelerator, attached to it directly (GPUDirect rail)
+            b.link(h * A + i % K, nic, 8000.0 / t.nic_host_gbps, pcie_lat)
+        else:        # NICs shared by the host, reached through the in-host switch
+            b.link(hsw[h], nic, 8000.0 / t.nic_host_gbps, pcie_lat)
+        b.link(nic, eth, 8000.0 / t.nic_gbps, eth_lat)
+    desc = (f"{H} hosts of {A} accelerators with an in-host switch; {K} x {t.nic_gbps:g}G RoCE NIC(s) per host; "
+            f"one Ethernet switch")
+    return b.freeze(f"scaleout-roce-{R}", R, "scaleout_roce", desc)
+
+
+def build_link(cfg: FabricConfig) -> Topology:
+    """Two accelerators joined by one link (the link probe)."""
+    b = _Builder(cfg)
+    b.node("acc0", ACCEL, domain=0)
+    b.node("acc1", ACCEL, domain=0)
+    b.link(0, 1)
+    return b.freeze("link", 2, "link", "two accelerators joined by one link")
+
+
+BUILDERS = {
+    "sd200": build_sd200,
+    "accel_mesh": build_accel_mesh,
+    "accel_torus": lambda cfg: build_accel_mesh(cfg, torus=True),
+    "scaleout_roce": build_scaleout_roce,
+    "link": build_link,
+}
+
+
+def build(cfg: FabricConfig, *, routing: str = "auto", check: bool = True) -> Topology:
+    """Build the fabric named by cfg.topology.kind, route it and prove the routes deadlock-free.
+
+    `routing` selects the fabric manager's algorithm (see fabric.routing.route); `check=False` skips the
+    channel-dependency proof (for tests that inject a deliberately cyclic routing and check it themselves).
+    """
+    from fabric import routing as _routing
+    try:
+        builder = BUILDERS[cfg.topology.kind]
+    except KeyError:
+        raise ConfigError(f"topology.kind={cfg.topology.kind!r} has no builder; use one of "
+                          f"{', '.join(BUILDERS)}") from None
+    topo = builder(cfg)
+    _routing.route(topo, method=routing)
+    if check:
+        _routing.check_deadlock_free(topo)
+    return topo
+
+
+# ---------------------------------------------------------------- metrics (fabric-probe topology)
+
+def hop_matrix(topo: Topology) -> np.ndarray:
+    """int32[R, R]: hops (channels) of the first candidate path of every pair; 0 on the diagonal."""
+    R = topo.n_ranks
+    first = topo.pair_ptr[:-1]
+    has = topo.pair_ptr[1:] > first
+    hops = np.zeros(R * R, dtype=np.int32)
+    p = first[has]
+    hops[has] = topo.path_ptr[p + 1] - topo.path_ptr[p]
+    return hops.reshape(R, R)
+
+
+def bisection(topo: Topology) -> tuple[float, str]:
+    """Bisection bandwidth in GB/s (one direction) and how the cut was chosen.
+
+    Meshes/tori: cut the router mesh across its longest dimension into two halves (coordinate < k/2); other
+    topologies: ranks split by host domain (first half of the domains against the second; by rank when there is one
+    domain); every other node sits with its domain, nodes without one on side A. The figure is the summed data rate
+    of the channels from side A to side B (a balanced bisection of the ranks, not a minimised cut).
+    """
+    n = topo.n_nodes
+    if topo.mesh_dims and max(topo.mesh_dims) > 1:
+        dim = int(np.argmax(topo.mesh_dims))
+        k = topo.mesh_dims[dim]
+        side = topo.node_coord[:, dim] >= k // 2
+        how = f"mesh dimension {'xyz'[dim]} cut at {k // 2}"
+    else:
+        doms = topo.node_domain
+        nd = int(doms[:topo.n_ranks].max()) + 1
+        if nd >= 2:
+            side = doms >= (nd + 1) // 2
+            how = f"host domains < {(nd + 1) // 2} against the rest"
+        else:
+            side = np.zeros(n, dtype=bool)
+            side[topo.n_ranks // 2:topo.n_ranks] = True
+            how = "ranks split in half"
+    cross = ~side[topo.ch_src] & side[topo.ch_dst]
+    gbytes = float((1000.0 / topo.ch_ps_per_byte[cross]).sum())  # 1/ps_per_byte B/ps = 1000/x GB/s
+    return gbytes, how
+
+
+def metrics(topo: Topology) -> dict:
+    """Counts, diameter, average hops and bisection bandwidth, as `fabric-probe topology` prints them."""
+    R = topo.n_ranks
+    hops = hop_matrix(topo)
+    off = ~np.eye(R, dtype=bool)
+    n_cand = np.diff(topo.pair_ptr).reshape(R, R)[off]
+    bis, how = bisection(topo)
+    kinds = np.bincount(topo.node_kind.astype(np.int64), minlength=3)
+    return {
+        "name": topo.name,
+        "kind": topo.kind,
+        "description": topo.description,
+        "nodes": topo.n_nodes,
+        "ranks": R,
+        "switches": int(kinds[SWITCH]),
+        "nics": int(kinds[NIC]),
+        "links": topo.n_links,
+        "channels": topo.n_channels,
+        "diameter": int(hops[off].max()) if R > 1 else 0,
+        "average_hops": float(hops[off].mean()) if R > 1 else 0.0,
+        "bisection_GBps": bis,
+        "bisection_cut": how,
+        "routing": topo.routing,
+        "vc_levels": topo.vc_levels,
+        "paths": int(len(topo.path_ptr) - 1),
+        "max_candidates": int(n_cand.max()) if R > 1 else 0,
+    }

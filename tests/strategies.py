@@ -1,0 +1,58 @@
+"""Hypothesis strategies shared by the property tests."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from fabric.config import load_config
+
+
+@st.composite
+def link_configs(draw, max_ber=1e-4):
+    """Random data-link parameters: credit pools, buffers, tiny wrapping sequence numbers, BER up to max_ber."""
+    payload = draw(st.sampled_from([64, 128, 256, 512]))
+    flits = -(-(payload + 16) // 248)
+    ber = draw(st.one_of(st.just(0.0), st.floats(1e-9, max_ber, allow_nan=False))) if max_ber > 0 else 0.0
+    if ber > 2e-5:          # keep a unit's error probability below ~0.4 so that progress is possible at all
+        payload = 64
+        flits = 1
+    return load_config(overrides={
+        "txn.max_payload_bytes": payload,
+        "txn.max_read_request_bytes": payload,
+        "txn.read_tags": draw(st.integers(1, 16)),
+        "phy.ber": ber,
+        "link.seq_bits": draw(st.integers(2, 12)),
+        "link.credit_flits": draw(st.integers(flits, 64)),
+        "link.replay_buffer_flits": draw(st.integers(flits, 64)),
+        "link.ack_every_packets": draw(st.integers(1, 16)),
+        "link.credit_update_flits": draw(st.integers(1, 16)),
+        "link.retrain_ns": draw(st.sampled_from([100.0, 1000.0])),
+        "sim.seed": draw(st.integers(0, 2**32)),
+    })
+
+
+@st.composite
+def link_traffic(draw, max_transfers=6):
+    """Stores and loads in both directions of a two-node link, as a task graph with no dependencies."""
+    n = draw(st.integers(1, max_transfers))
+    src = np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.int32)
+    op = np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.int8)
+    nbytes = np.array(draw(st.lists(st.integers(1, 6000), min_size=n, max_size=n)), np.int64)
+    return dict(kind=np.ones(n, np.int8), rank=src, peer=1 - src, stream=np.full(n, -1, np.int32), nbytes=nbytes,
+                duration_ps=np.zeros(n, np.int64), op=op, coll=np.full(n, -1, np.int32),
+                succ_ptr=np.zeros(n + 1, np.int64), succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+
+
+@st.composite
+def link_faults(draw, max_faults=4):
+    """Deterministic faults on either channel: corrupt flits (bursts), lost Ack/Nak, lost UpdateFC, retrains."""
+    faults = []
+    for _ in range(draw(st.integers(0, max_faults))):
+        kind = draw(st.sampled_from(["corrupt_flit", "lose_ack", "lose_credit", "retrain"]))
+        ch = draw(st.integers(0, 1))
+        if kind == "retrain":
+            faults.append((kind, ch, draw(st.integers(0, 20_000_000)), 1))
+        else:
+            faults.append((kind, ch, draw(st.integers(0 if kind == "corrupt_flit" else 1, 40)),
+                           draw(st.integers(1, 8)) if kind == "corrupt_flit" else 1))
+    return faults

@@ -1,0 +1,199 @@
+"""Fabric manager: shortest candidates, flow spreading, switch tables, and the deadlock-freedom proof."""
+from collections import Counter, deque
+
+import numpy as np
+import pytest
+
+from fabric import routing
+from fabric.config import load_config, preset_names
+from fabric.errors import RoutingError
+from fabric.topology import build
+
+_CACHE = {}
+SMALL = [p for p in preset_names() if p not in ("sd200-512", "sd200-1024")]
+
+
+def built(preset, **overrides):
+    key = (preset, tuple(sorted(overrides.items())))
+    if key not in _CACHE:
+        _CACHE[key] = build(load_config(preset=preset, overrides=overrides or None))
+    return _CACHE[key]
+
+
+def bfs_hops(t, s):
+    """Unrestricted shortest hop counts from node s, never forwarding through a non-forwarding node."""
+    dist = np.full(t.n_nodes, -1)
+    dist[s] = 0
+    q = deque([s])
+    while q:
+        u = q.popleft()
+        if u != s and not t.node_forwards[u]:
+            continue
+        for c in np.nonzero(t.ch_src == u)[0]:
+            v = t.ch_dst[c]
+            if dist[v] < 0:
+                dist[v] = dist[u] + 1
+                q.append(v)
+    return dist
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_every_shipped_preset_is_deadlock_free(preset):
+    t = built(preset)
+    routing.check_deadlock_free(t)           # build() already did; must be repeatable
+    assert len(routing.dependency_edges(t)) > 0 or t.n_ranks == 2
+
+
+@pytest.mark.parametrize("preset", SMALL)
+def test_paths_are_walks_from_source_to_destination_and_all_shortest(preset):
+    t = built(preset)
+    R = t.n_ranks
+    for s in range(R):
+        dist = bfs_hops(t, s)
+        for d in range(R):
+            cands = t.paths(s, d)
+            if s == d:
+                assert cands == []
+                continue
+            assert cands, (s, d)
+            seen = set()
+            for p in cands:
+                assert t.ch_src[p[0]] == s and t.ch_dst[p[-1]] == d
+                assert (t.ch_dst[p[:-1]] == t.ch_src[p[1:]]).all()
+                assert t.node_forwards[t.ch_dst[p[:-1]]].all()          # only forwarding nodes in the middle
+                assert len(p) == dist[d], (s, d, len(p), dist[d])       # every candidate is a shortest path
+                seen.add(tuple(p))
+            assert len(seen) == len(cands)                               # candidates are distinct
+
+
+def test_parallel_ports_and_links_are_spread_evenly():
+    t = built("sd200")
+    R = t.n_ranks
+    # every flow of a pair stays on one path; flows 0..K-1 of rank 0 to rank 63 use both source ports
+    k = t.n_candidates(0, 63)
+    assert k == 2
+    firsts = {int(t.path_for_flow(0, 63, f)[0][0]) for f in range(k)}
+    assert len(firsts) == 2
+    for f in range(6):
+        assert (t.path_for_flow(0, 63, f)[0] == t.path_for_flow(0, 63, f + k)[0]).all()
+    # flow 0 of all pairs: parallel channels are used equally often (within one: 63 destinations split 31/32)
+    use = Counter()
+    for s in range(R):
+        for d in range(R):
+            if s != d:
+                use.update(t.path_for_flow(s, d, 0)[0].tolist())
+    for c in range(0, t.n_channels, 2):
+        same = np.nonzero((t.ch_src == t.ch_src[c]) & (t.ch_dst == t.ch_dst[c]))[0]
+        counts = [use[x] for x in same]
+        assert max(counts) - min(counts) <= 1, [t.channel_name(x) for x in same]
+
+
+def test_routing_is_deterministic():
+    a = build(load_config(preset="torus-4x4x4"))
+    b = build(load_config(preset="torus-4x4x4"))
+    for name in ("pair_ptr", "path_ptr", "path_ch", "path_vcl"):
+        assert (getattr(a, name) == getattr(b, name)).all()
+
+
+def test_mesh_routes_are_dimension_ordered():
+    t = built("mesh-4x4x4")
+    for s, d in [(0, 63), (63, 0), (5, 42), (17, 17 + 16 * 2 + 3)]:
+        dims = []
+        for c in t.paths(s, d)[0]:
+            delta = int(t.ch_dst[c]) - int(t.ch_src[c])
+            dims.append({1: 0, 4: 1, 16: 2}[abs(delta)])
+        assert dims == sorted(dims)
+    assert t.vc_levels == 1
+
+
+def test_torus_datelines():
+    t = built("torus-4x4x4")
+    assert t.vc_levels == 2 and t.routing == "dor-dateline"
+    wrap = np.abs(t.node_coord[t.ch_src] - t.node_coord[t.ch_dst]).max(axis=1) > 1
+    # a wrap-around hop is always on level 1, and level 1 only follows a wrap in the same dimension
+    assert (t.path_vcl[wrap[t.path_ch]] == 1).all()
+    p, lv = t.path_for_flow(0, 3, 0)        # x: 0 -> 3 is one hop the short way round, over the dateline
+    assert len(p) == 1 and lv.tolist() == [1]
+
+
+def test_cyclic_routing_on_a_torus_without_datelines_is_refused_naming_a_cycle():
+    t = build(load_config(preset="torus-4x4x4"), routing="dor", check=False)
+    routing.route(t, "dor", datelines=False)
+    assert t.vc_levels == 1
+    with pytest.raises(RoutingError, match="could deadlock") as exc:
+        routing.check_deadlock_free(t)
+    cycle = exc.value.cycle
+    assert len(cycle) >= 3 and all("->" in c for c in cycle)
+    # the named channels really form a cycle: each one starts where the previous one ends
+    ends = [(c.split("->")[0], c.split("->")[1].split("#")[0]) for c in cycle]
+    for (a, b), (c, _) in zip(ends, ends[1:] + ends[:1]):
+        assert b == c
+    assert str(exc.value).count("->") >= len(cycle)
+
+
+def test_ring_without_datelines_deadlocks_with_datelines_does_not():
+    cfg = load_config(overrides={"topology.kind": "accel_torus", "topology.mesh_dims": "5",
+                                 "topology.links_per_neighbor": 1})
+    build(cfg)   # dateline VCs: fine
+    t = build(cfg, check=False)
+    routing.route(t, "dor", datelines=False)
+    with pytest.raises(RoutingError) as exc:
+        routing.check_deadlock_free(t)
+    assert sorted(exc.value.cycle) == sorted(f"acc{i}->acc{(i + 1) % 5}" for i in range(5)) or \
+        sorted(exc.value.cycle) == sorted(f"acc{(i + 1) % 5}->acc{i}" for i in range(5))
+
+
+def test_unrestricted_shortest_paths_on_the_switch_mesh_are_refused_by_build():
+    with pytest.raises(RoutingError, match=r"cycle of \d+ channels: sw\d+->sw\d+"):
+        build(load_config(preset="sd200"), routing="shortest")
+
+
+def test_updown_fallback_is_deadlock_free_on_every_small_preset():
+    for preset in ("sd200", "mesh-4x4x4", "torus-4x4x4", "scaleout-roce"):
+        t = build(load_config(preset=preset), routing="updown")
+        assert t.routing == "updown" and t.vc_levels == 1
+        assert all(t.n_candidates(s, d) >= 1 for s in range(0, 64, 7) for d in range(64) if s != d)
+
+
+def test_switch_tables_are_consistent_with_paths():
+    for preset in ("sd200", "scaleout-roce", "torus-4x4x4"):
+        t = built(preset)
+        tables = routing.switch_tables(t)
+        R = t.n_ranks
+        from_paths = set()
+        for s in range(R):
+            for d in range(R):
+                for p in t.paths(s, d):
+                    for c in p[1:]:
+                        node = int(t.ch_src[c])
+                        assert c in tables[node][d]
+                        from_paths.add((node, d, int(c)))
+        from_tables = {(n, d, c) for n, per in tables.items() for d, chs in per.items() for c in chs}
+        assert from_tables == from_paths
+        # a packet following the tables from any table node always gets one hop closer to its destination
+        hops = {}
+        for n, per in tables.items():
+            for d, chs in per.items():
+                assert all(t.ch_src[c] == n for c in chs)
+        for n, per in tables.items():
+            for d, chs in per.items():
+                for c in chs:
+                    v = int(t.ch_dst[c])
+                    assert v == d or d in tables.get(v, {}), (t.node_names[n], d)
+        del hops
+
+
+def test_sd200_switch_table_uses_both_parallel_links_and_dimension_order():
+    t = built("sd200")
+    tables = routing.switch_tables(t)
+    sw0 = t.node_names.index("sw0")
+    out = tables[sw0][63]                  # rank 63 sits behind sw7 = (1,1,1): first hop goes +x to sw1
+    assert {t.node_names[t.ch_dst[c]] for c in out} == {"sw1"} and len(out) == 2
+
+
+def test_bad_method_names():
+    t = built("scaleout-roce")
+    with pytest.raises(RoutingError, match="unknown routing method"):
+        routing.route(t, "magic")
+    with pytest.raises(RoutingError, match="needs a mesh"):
+        routing.route(build(load_config(preset="scaleout-roce")), "dor")
