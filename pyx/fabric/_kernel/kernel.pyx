@@ -173,6 +173,7 @@ cdef struct SimC:
     int32_t* q_head
     int32_t* q_tail
     int32_t* rr
+    int32_t* q_busy                # per ch: how many of its queues are non-empty (skips idle scans)
     # ---- channel transmitter
     int8_t* tx_busy
     int32_t* tx_free_ch            # input buffer to free when the current unit is sent (-1 none)
@@ -498,7 +499,7 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
 
 cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     """Put the next unit on ch if it is idle: pending replays first, then round robin over its queues."""
-    cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, chunk, payload, covers, i
+    cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, chunk, payload, covers, i, seen
     cdef int64_t qi, c
     cdef bint credit_blocked = False
     cdef ReplayC* r
@@ -510,16 +511,20 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
         r = &s.ring[<int64_t>ch * s.ring_cap + (s.r_head[ch] + s.r_sent[ch]) % s.ring_cap]
         s.r_sent[ch] += 1
         return send_unit(s, ch, r, 0)
-    if s.r_count[ch] >= s.window:
+    if s.r_count[ch] >= s.window or s.q_busy[ch] == 0:
         return 0
     node = s.ch_src[ch]
     nslots = s.n_slots[node]
     nq = s.nvc * nslots
+    seen = 0
     for k in range(nq):
+        if seen == s.q_busy[ch]:
+            break
         idx = (s.rr[ch] + 1 + k) % nq
         qi = s.q_base[ch] + idx
         if s.q_head[qi] < 0:
             continue
+        seen += 1
         vc = idx // nslots
         slot = idx % nslots
         c = cv(s, ch, vc)
@@ -567,6 +572,8 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             else:
                 xf.queued = 0
                 xf.next = -1
+                if s.q_head[qi] < 0:
+                    s.q_busy[ch] -= 1
             s.tx_free_ch[ch] = -1
         else:                                                           # a packet waiting in a VOQ
             p = s.q_head[qi]
@@ -580,6 +587,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             s.q_head[qi] = pk.next
             if pk.next < 0:
                 s.q_tail[qi] = -1
+                s.q_busy[ch] -= 1
             q_account(s, ch, -1)
             s.tx_free_ch[ch] = pk.in_ch
             s.tx_free_vc[ch] = pk.vc
@@ -700,6 +708,7 @@ cdef int on_enqueue(SimC* s, int32_t p) except -1 nogil:
         s.pk[s.q_tail[qi]].next = p
     else:
         s.q_head[qi] = p
+        s.q_busy[out] += 1
     s.q_tail[qi] = p
     q_account(s, out, 1)
     return try_send(s, out)
@@ -718,6 +727,7 @@ cdef int enqueue_xfer(SimC* s, int32_t x) except -1 nogil:
         s.xf[s.q_tail[qi]].next = x
     else:
         s.q_head[qi] = x
+        s.q_busy[ch] += 1
     s.q_tail[qi] = x
     return try_send(s, ch)
 
@@ -1072,6 +1082,7 @@ cdef class Engine:
 
         # ---- per-channel state
         s.rr = <int32_t*>self._zeros("rr", C, np.int32, -1)
+        s.q_busy = <int32_t*>self._zeros("q_busy", C, np.int32)
         s.tx_busy = <int8_t*>self._zeros("tx_busy", C, np.int8)
         s.tx_free_ch = <int32_t*>self._zeros("tx_free_ch", C, np.int32, -1)
         s.tx_free_vc = <int32_t*>self._zeros("tx_free_vc", C, np.int32)
