@@ -12,8 +12,14 @@ from strategies import link_configs, link_faults, link_traffic
 
 
 def time_bound_ps(cfg, graph, faults, result):
-    """A generous bound on the simulated duration: serial wire time x 4 plus every recovery at its worst cost."""
-    wire_ps = (graph["nbytes"].sum() * 2 + 64 * len(graph["nbytes"])) * 8000 / cfg.data_gbps * 4 * 1.1
+    """A generous bound on the simulated duration: every packet alone on the link for a whole Ack and credit
+    round trip (stop-and-wait, as with a one-packet window), plus every recovery at its worst cost."""
+    packets = (-(-graph["nbytes"] // cfg.txn.max_payload_bytes) * (1 + graph["op"])).sum()
+    one_way_ns = cfg.phy.tx_latency_ns + cfg.phy.rx_latency_ns + cfg.phy.cable_m * cfg.phy.wire_ns_per_m
+    round_trip_ns = 2 * (one_way_ns + cfg.phy.flit_bytes * 8 / cfg.data_gbps) + cfg.link.ack_timer_ns \
+        + cfg.link.credit_update_ns
+    wire_ps = (graph["nbytes"].sum() * 2 + 64 * packets) * 8000 / cfg.data_gbps * 1.1 \
+        + packets * round_trip_ns * 1000
     recoveries = len(faults) + result.counters["flits_corrupted"].sum() + result.counters["ctrl_lost"].sum() + 1
     per_recovery = (cfg.link.replay_timer_ns * (cfg.link.replay_limit + 1) + cfg.link.retrain_ns
                     + cfg.link.credit_refresh_ns) * 1000
