@@ -60,3 +60,25 @@ def _register():
 
 
 _register()
+
+
+@main.command("latency", help="Latency of one store or load between two accelerators on an idle fabric.")
+@click.option("--preset", default="sd200", show_default=True, help="fabric preset (see fabric-probe topology)")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of overrides")
+@click.option("--src", type=int, required=True, help="source accelerator (rank)")
+@click.option("--dst", type=int, required=True, help="destination accelerator (rank)")
+@click.option("--op", type=click.Choice(["store", "load"]), default="store", show_default=True)
+@click.option("--bytes", "nbytes", type=int, default=64, show_default=True, help="bytes moved")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a parameter (repeatable)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="write results as JSON")
+@friendly
+def latency(preset, config_file, src, dst, op, nbytes, sets, json_path):
+    from fabric.latencyprobe import probe_latency
+    cfg = load_config(preset=preset, config_file=config_file, overrides=parse_set(sets))
+    r = probe_latency(cfg, src, dst, op, nbytes)
+    click.echo(f"{r['op']} of {r['bytes']} B, accelerator {src} -> {dst} on {r['preset']}: "
+               f"{r['latency_ns']:.1f} ns over {r['hops']} hops")
+    click.echo(f"  path  {' -> '.join(r['path'])}")
+    for k, v in r["breakdown"].items():
+        click.echo(f"  {k[:-3]:14s} {v:10.1f} ns")
+    write_json(json_path, r)

@@ -1,0 +1,62 @@
+"""Command-line behaviour: outputs, JSON keys, and one-line errors with exit code 2 for bad input."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fabric.cli.probe import main as probe
+
+
+def run(args):
+    return CliRunner().invoke(probe, args, catch_exceptions=False)
+
+
+def test_link_json_has_the_promised_keys(tmp_path):
+    out = tmp_path / "link.json"
+    r = run(["link", "--packets", "500", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    for key in ("payload_efficiency", "payload_efficiency_model", "goodput_gbps", "raw_gbps", "packets_sent",
+                "packets_delivered", "packets_dropped", "duplicates", "out_of_order", "flits_corrupted", "naks",
+                "replays", "replay_timeouts", "retrains", "credit_stall_ns", "events", "wall_s"):
+        assert key in data, key
+    assert data["packets_dropped"] == 0 and data["duplicates"] == 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["link", "--set", "phy.lane_rate_gbps=-5"], "phy.lane_rate_gbps"),
+    (["link", "--set", "link.credit_flits=0"], "link.credit_flits"),
+    (["link", "--set", "txn.max_payload_bytes=65536"], "link.credit_flits"),
+    (["link", "--ber", "1.5"], "phy.ber"),
+    (["link", "--ber", "-1e-9"], "phy.ber"),
+    (["link", "--set", "phy.bre=1e-9"], "did you mean phy.ber"),
+    (["link", "--set", "phy.lanes=many"], "phy.lanes"),
+    (["link", "--set", "nonsense"], "section.key=value"),
+    (["link", "--payload-bytes", "0"], "--payload-bytes"),
+    (["link", "--packets", "0"], "--packets"),
+    (["latency", "--src", "0", "--dst", "99"], "--dst"),
+    (["latency", "--preset", "sd2000", "--src", "0", "--dst", "1"], "did you mean sd200"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, needle):
+    r = CliRunner(mix_stderr=False).invoke(probe, args) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames \
+        else CliRunner().invoke(probe, args)
+    assert r.exit_code == 2, r.output
+    err = (r.stderr if hasattr(r, "stderr") and r.stderr else r.output).strip()
+    assert needle in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_latency_breakdown_adds_up(tmp_path):
+    out = tmp_path / "lat.json"
+    r = run(["latency", "--src", "0", "--dst", "63", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert abs(sum(data["breakdown"].values()) - data["latency_ns"]) < 0.01
+    assert abs(data["breakdown"]["queueing_ns"]) < 1.0
+    assert data["path"][0] == "acc0" and data["path"][-1] == "acc63"
+
+
+def test_params_lists_every_parameter_with_reason():
+    r = run(["params"])
+    assert r.exit_code == 0
+    assert "phy.ber" in r.output and "reason:" in r.output
