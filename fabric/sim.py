@@ -12,10 +12,30 @@ import numpy as np
 
 from fabric._check_build import kernel
 from fabric.config import FabricConfig
-from fabric.errors import SimulationError
+from fabric.errors import ConfigError, SimulationError
 
 FAULTS = {"corrupt_flit": kernel.FAULT_CORRUPT_FLIT, "lose_ack": kernel.FAULT_LOSE_ACK,
           "lose_credit": kernel.FAULT_LOSE_CREDIT, "retrain": kernel.FAULT_RETRAIN}
+
+
+_M64 = (1 << 64) - 1
+
+
+def _mix(a: int) -> int:
+    a = ((a ^ (a >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    a = ((a ^ (a >> 27)) * 0x94D049BB133111EB) & _M64
+    return a ^ (a >> 31)
+
+
+def content_sum(node: int, src: int, offset: int, nbytes: int) -> int:
+    """Checksum of bytes [offset, offset+nbytes) of a transfer from src landing in node (mirrors the kernel)."""
+    return _mix(_mix(_mix((node * 1000003 + src) & _M64) ^ offset) ^ nbytes)
+
+
+def expected_csum(dst: int, src: int, total_B: int, max_payload_B: int) -> int:
+    """What a transfer's receiver must have accumulated if every byte arrived once, at the right node."""
+    return sum(content_sum(dst, src, off, min(max_payload_B, total_B - off))
+               for off in range(0, total_B, max_payload_B)) & _M64
 
 
 def ps(ns: float) -> int:
@@ -67,8 +87,13 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
         slice_events: int = 2_000_000, raise_on_stuck: bool = True) -> RunResult:
     """Execute a task graph on the fabric. faults: (kind name, channel, n, k) tuples (see FAULTS)."""
     if engine not in ("packet", "analytic"):
-        raise SimulationError(f"unknown engine {engine!r}; use packet or analytic")
-    eng = kernel.Engine(kernel_params(cfg), as_arrays(topo), as_arrays(graph), engine == "analytic")
+        raise ConfigError(f"unknown engine {engine!r}; use packet or analytic")
+    topo_arrays = as_arrays(topo)
+    need = 2 * int(topo_arrays["vc_levels"])
+    if cfg.link.vcs < need:
+        raise ConfigError(f"link.vcs={cfg.link.vcs} is too few for this routing: 2 traffic classes x "
+                          f"{topo_arrays['vc_levels']} VC levels need link.vcs >= {need}")
+    eng = kernel.Engine(kernel_params(cfg), topo_arrays, as_arrays(graph), engine == "analytic")
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
     t0 = time.perf_counter()

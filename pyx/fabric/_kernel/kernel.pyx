@@ -50,6 +50,15 @@ cdef inline uint64_t c_rand(uint64_t* s) noexcept nogil:
     z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EB
     return z ^ (z >> 31)
 
+cdef inline uint64_t c_mix(uint64_t a) noexcept nogil:
+    a = (a ^ (a >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
+    a = (a ^ (a >> 27)) * <uint64_t>0x94D049BB133111EB
+    return a ^ (a >> 31)
+
+cdef inline uint64_t content_sum(int32_t node, int32_t src, int64_t offset, int32_t nbytes) noexcept nogil:
+    """Checksum of a byte range as it lands in `node`'s memory (fabric.sim.content_sum mirrors it)."""
+    return c_mix(c_mix(c_mix(<uint64_t>node * 1000003 + <uint64_t>src) ^ <uint64_t>offset) ^ <uint64_t>nbytes)
+
 cdef inline double c_uniform(uint64_t* s) noexcept nogil:
     # in (0, 1]: safe for log()
     return ((c_rand(s) >> 11) + 1) * (1.0 / 9007199254740992.0)
@@ -552,6 +561,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             pk.tlp_B = tlp; pk.flits = flits; pk.path = xf.path; pk.in_ch = -1; pk.hop = 0
             pk.kind = PK_READ_REQ if xf.kind == 1 else PK_DATA
             pk.tail_ps = 0
+            pk.offset_B = xf.carved_B
             xf.fseq_next += 1
             if xf.kind == 1:
                 xf.carved_B += covers
@@ -753,6 +763,8 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
     cdef XferC* rx
     cdef int32_t done
     free_buffer(s, e.ch, pk.vc, pk.flits)
+    if pk.kind == PK_DATA:         # the bytes land in the memory of the node the packet actually reached
+        xf.csum += content_sum(s.ch_dst[e.ch], xf.src, pk.offset_B, pk.payload_B)
     if pk.fseq == xf.fseq_expect:
         xf.fseq_expect += 1
         s.delivered += 1
@@ -1303,11 +1315,12 @@ cdef class Engine:
         n = self.s.n_xf
         out = {k: np.zeros(n, np.int64) for k in ("src", "dst", "total_B", "delivered_B", "status", "start_ps",
                                                   "kind", "path")}
+        out["csum"] = np.zeros(n, np.uint64)
         for i in range(n):
             xf = &self.s.xf[i]
             out["src"][i] = xf.src; out["dst"][i] = xf.dst; out["total_B"][i] = xf.total_B
             out["delivered_B"][i] = xf.delivered_B; out["status"][i] = xf.status; out["start_ps"][i] = xf.start_ps
-            out["kind"][i] = xf.kind; out["path"][i] = xf.path
+            out["kind"][i] = xf.kind; out["path"][i] = xf.path; out["csum"][i] = xf.csum
         return out
 
     def stuck_report(self, int limit=10):

@@ -37,6 +37,7 @@ cdef enum PacketKind:
 
 cdef struct PacketC:
     ps_t tail_ps               # time its tail reached the current node (cut-through bound)
+    int64_t offset_B           # where its bytes sit in the transfer
     int32_t xfer               # transfer (flow) it belongs to
     int32_t fseq               # position in its flow, to check order at delivery
     int32_t payload_B          # payload bytes carried
@@ -57,6 +58,7 @@ cdef struct XferC:
     int64_t carved_B           # bytes put into packets
     int64_t delivered_B        # bytes delivered at the destination
     ps_t start_ps              # when it was issued
+    uint64_t csum              # sum of content checksums of the byte ranges delivered, as the receiver saw them
     int32_t src                # node the packets leave from
     int32_t dst                # node they go to
     int32_t task               # task completed by it (-1: none)

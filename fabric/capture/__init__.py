@@ -1,0 +1,56 @@
+"""Trace capture: turn a model config and a parallel plan into a fabric trace (docs/trace-format.md).
+
+    capture(model="deepseek-r1", tp=64, batch=1, context=4096, chip="sd200-accelerator") -> fabric.trace.Trace
+
+Engines: "analytic" (config only, no torch; fabric.capture.graph) and "torch" (the real transformers model on the
+meta device, recorded with a TorchDispatchMode; fabric.capture.torch_engine). Both produce the same logical graph,
+which fabric.capture.plan shards, costs on a chip profile (fabric.capture.chips) and fills with collectives.
+"""
+from __future__ import annotations
+
+import fabric
+from fabric.capture.chips import ChipProfile, chip_names, load_chip
+from fabric.capture.plan import Plan, lower
+from fabric.capture.spec import ModelSpec, builtin_config, builtin_names, load_hf_config, spec_from_config
+from fabric.errors import ConfigError
+
+ENGINES = ("analytic", "torch")
+
+__all__ = ["ENGINES", "ChipProfile", "ModelSpec", "Plan", "builtin_names", "capture", "chip_names", "load_chip",
+           "logical_graph", "resolve_model"]
+
+
+def resolve_model(model: str | None = None, hf_config: str | None = None) -> tuple[str, dict]:
+    if bool(model) == bool(hf_config):
+        raise ConfigError("give exactly one of --model NAME or --hf-config config.json")
+    if model:
+        return model, builtin_config(model)
+    cfg = load_hf_config(hf_config)
+    name = cfg.get("_name_or_path") or str(hf_config)
+    return name, cfg
+
+
+def logical_graph(spec: ModelSpec, config: dict, context: int, engine: str = "analytic", seed: int = 0,
+                  batch: int = 1):
+    if engine == "analytic":
+        from fabric.capture.graph import analytic_graph
+        return analytic_graph(spec, context)
+    if engine == "torch":
+        from fabric.capture.torch_engine import torch_graph
+        return torch_graph(spec, config, context, batch=batch, seed=seed)
+    raise ConfigError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+
+
+def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, ep: int = 1, batch: int = 1,
+            context: int = 4096, chip: str = "sd200-accelerator", engine: str = "analytic",
+            weight_dtype: str = "bf16", dispatch_dtype: str = "fp8", seed: int = 0):
+    name, cfg = resolve_model(model, hf_config)
+    spec = spec_from_config(cfg, name)
+    plan = Plan(tp=tp, ep=ep, batch=batch, context=context, weight_dtype=weight_dtype,
+                dispatch_dtype=dispatch_dtype, seed=seed)
+    plan.check(spec)
+    prof = load_chip(chip)
+    graph = logical_graph(spec, cfg, context, engine, seed=seed, batch=batch)
+    meta = dict(schema_version=1, model=name, model_config=cfg, tool=f"fabric-capture/{engine}",
+                tool_version=fabric.__version__)
+    return lower(graph, spec, plan, prof, meta)

@@ -1,0 +1,133 @@
+"""Chip profiles: the compute-time model of one accelerator, read from fabric/capture/chips/<name>.toml.
+
+    t = max(flops / (eta_c(flops) * peak[dtype]), bytes / (eta_m(bytes) * hbm)) + fixed_kernel_ns
+    eta(x) = eta_min + (eta_max - eta_min) / (1 + (x_half / x) ** power)
+
+Every parameter is documented (unit and reason) in its TOML file.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from fabric.errors import ConfigError
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp32": 4}
+
+
+def _eta(x: float, lo: float, hi: float, half: float, power: float) -> float:
+    if x <= 0:
+        return lo
+    return lo + (hi - lo) / (1.0 + (half / x) ** power)
+
+
+@dataclass(frozen=True)
+class ChipProfile:
+    name: str
+    description: str
+    hbm_gbps: float                     # GB/s, peak HBM bandwidth
+    eta_m_max: float
+    eta_m_min: float
+    eta_m_half_bytes: float             # B
+    eta_m_power: float
+    eta_c_max: float
+    eta_c_min: float
+    eta_c_half_flops: float             # FLOP
+    eta_c_power: float
+    peak_tflops: dict = field(default_factory=dict)  # dtype -> TFLOP/s
+    fixed_kernel_ns: float = 0.0        # ns per kernel
+    reduce_fused: bool = True           # collective reductions run inside the communication kernel
+
+    def eta_m(self, nbytes: float) -> float:
+        return _eta(nbytes, self.eta_m_min, self.eta_m_max, self.eta_m_half_bytes, self.eta_m_power)
+
+    def eta_c(self, flops: float) -> float:
+        return _eta(flops, self.eta_c_min, self.eta_c_max, self.eta_c_half_flops, self.eta_c_power)
+
+    def memory_time_ns(self, nbytes: float) -> float:
+        return 0.0 if nbytes <= 0 else nbytes / (self.eta_m(nbytes) * self.hbm_gbps)  # GB/s == B/ns
+
+    def compute_time_ns(self, flops: float, dtype: str = "bf16") -> float:
+        if flops <= 0:
+            return 0.0
+        peak = self.peak_tflops.get(dtype)
+        if peak is None:
+            raise ConfigError(f"chip {self.name} has no peak for dtype {dtype!r} "
+                              f"(known: {', '.join(sorted(self.peak_tflops))})")
+        return flops / (self.eta_c(flops) * peak * 1e3)  # TFLOP/s == 1e3 FLOP/ns
+
+    def kernel_time_ns(self, flops: float, nbytes: float, dtype: str = "bf16") -> float:
+        """Time of one kernel: roofline with size-dependent efficiencies plus the fixed per-kernel cost."""
+        return max(self.compute_time_ns(flops, dtype), self.memory_time_ns(nbytes)) + self.fixed_kernel_ns
+
+    def reduce_time_ns(self, out_bytes: float, n_inputs: int, dtype: str = "bf16", fused: bool | None = None) -> float:
+        """Local reduction of `n_inputs` buffers of `out_bytes` each into one: reads n, writes 1.
+
+        For collective lowering: memory time of the bytes touched, plus the fixed kernel cost unless the reduction
+        is fused into the communication kernel (the profile's [reduce] fused, overridable per call)."""
+        elems = out_bytes / DTYPE_BYTES.get(dtype, 2)
+        t = max(self.compute_time_ns(elems * max(n_inputs - 1, 0), dtype),
+                self.memory_time_ns(out_bytes * (n_inputs + 1)))
+        fused = self.reduce_fused if fused is None else fused
+        return t + (0.0 if fused else self.fixed_kernel_ns)
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+        return asdict(self)
+
+
+def chip_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files(__name__).iterdir() if p.name.endswith(".toml"))
+
+
+def _num(d: dict, key: str, where: str, lo: float = 0.0, hi: float = math.inf, lo_open=False) -> float:
+    if key not in d:
+        raise ConfigError(f"chip profile {where}: missing {key}")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < lo or v > hi \
+            or (lo_open and v == lo):
+        raise ConfigError(f"chip profile {where}: {key}={v!r} must be a number in "
+                          f"{'(' if lo_open else '['}{lo}, {hi}]")
+    return float(v)
+
+
+def load_chip(name: str) -> ChipProfile:
+    """A built-in profile by name (h200, h100, sd200-accelerator) or a path to a TOML file of the same layout."""
+    if name.endswith(".toml") and Path(name).is_file():
+        text, where = Path(name).read_text(), name
+    else:
+        if name not in chip_names():
+            close = difflib.get_close_matches(name, chip_names(), n=2)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise ConfigError(f"unknown chip profile {name!r}{hint} (available: {', '.join(chip_names())}, "
+                              f"or a path to a .toml file)")
+        text, where = resources.files(__name__).joinpath(f"{name}.toml").read_text(), name
+    try:
+        d = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"chip profile {where} is not valid TOML: {exc}") from None
+    try:
+        hbm, comp, peak, kern = d["hbm"], d["compute"], d["peak_tflops"], d["kernel"]
+    except KeyError as exc:
+        raise ConfigError(f"chip profile {where}: missing section [{exc.args[0]}]") from None
+    peaks = {k: _num(peak, k, where + " [peak_tflops]", lo=0.0, lo_open=True) for k in peak}
+    return ChipProfile(
+        name=str(d.get("chip", {}).get("name", Path(name).stem)),
+        description=str(d.get("chip", {}).get("description", "")),
+        hbm_gbps=_num(hbm, "gbps", where + " [hbm]", lo=0.0, lo_open=True),
+        eta_m_max=_num(hbm, "eta_max", where + " [hbm]", lo=0.0, hi=1.0, lo_open=True),
+        eta_m_min=_num(hbm, "eta_min", where + " [hbm]", lo=0.0, hi=1.0, lo_open=True),
+        eta_m_half_bytes=_num(hbm, "half_bytes", where + " [hbm]"),
+        eta_m_power=_num(hbm, "power", where + " [hbm]", lo=0.0, lo_open=True),
+        eta_c_max=_num(comp, "eta_max", where + " [compute]", lo=0.0, hi=1.0, lo_open=True),
+        eta_c_min=_num(comp, "eta_min", where + " [compute]", lo=0.0, hi=1.0, lo_open=True),
+        eta_c_half_flops=_num(comp, "half_flops", where + " [compute]"),
+        eta_c_power=_num(comp, "power", where + " [compute]", lo=0.0, lo_open=True),
+        peak_tflops=peaks,
+        fixed_kernel_ns=_num(kern, "fixed_ns", where + " [kernel]"),
+        reduce_fused=bool(d.get("reduce", {}).get("fused", True)),
+    )

@@ -1,0 +1,287 @@
+"""Parallel plans: shard a logical graph over ranks, cost every kernel on a chip, insert the collectives.
+
+Plan (tp, ep) over n_ranks = max(tp, ep) ranks:
+- ep == 1: full tensor parallelism over tp ranks. Column-parallel GEMMs split their outputs, row-parallel ones their
+  inputs (an all-reduce of the partial sums follows), attention splits heads (GQA kv heads are replicated when
+  tp > kv_heads), experts are sharded by their intermediate dimension on every rank, the embedding and LM head are
+  vocab-parallel (all-reduce after the embedding, all-gather of the logits after the LM head).
+- ep == n_ranks (tp divides it): attention and dense MLPs are tensor-parallel within groups of tp ranks
+  (dp = n_ranks / tp data-parallel replicas of attention, each with ceil(batch / dp) padded sequences); each MoE
+  layer is expert-parallel over all ranks: rank r owns experts [r E/n, (r+1) E/n). After the attention all-reduce
+  each TP rank takes a slice of ceil(b / tp) token slots, routes them, dispatches each token once to every rank
+  that owns one of its experts (all-to-all), runs its local experts as a grouped GEMM, combines the outputs back
+  (all-to-all), adds the shared expert (replicated on every rank) and all-gathers the slices over the TP group.
+
+Collective sizes (coll_bytes) follow docs/trace-format.md: all-reduce/broadcast the buffer size, all-gather and
+reduce-scatter one rank's chunk, all-to-all the chunk sent to each peer (padded to the largest of the step, as a
+fixed-buffer low-latency dispatch is).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fabric.capture.chips import DTYPE_BYTES, ChipProfile
+from fabric.capture.graph import LogicalOp
+from fabric.capture.spec import ModelSpec
+from fabric.errors import ConfigError
+from fabric.trace import (COLL_ALLGATHER, COLL_ALLREDUCE, COLL_ALLTOALL, KIND_COLLECTIVE, KIND_COMPUTE, OpTable,
+                          Trace)
+
+ACT = 2  # activations and KV cache are BF16
+
+
+@dataclass(frozen=True)
+class Plan:
+    tp: int
+    ep: int = 1
+    batch: int = 1
+    context: int = 4096
+    weight_dtype: str = "bf16"
+    dispatch_dtype: str = "fp8"   # EP dispatch payload: fp8 + one fp32 scale per 128 values (DeepEP), or bf16
+    seed: int = 0                 # routing oracle
+
+    @property
+    def n_ranks(self) -> int:
+        return max(self.tp, self.ep)
+
+    @property
+    def dp(self) -> int:
+        return self.n_ranks // self.tp
+
+    def check(self, spec: ModelSpec) -> None:
+        for k in ("tp", "ep", "batch"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 1 or v > 4096:
+                raise ConfigError(f"--{k}={v!r} must be an integer in [1, 4096]")
+        if not isinstance(self.context, int) or self.context < 0 or self.context > 10_000_000:
+            raise ConfigError(f"--context={self.context!r} must be an integer in [0, 10000000]")
+        if self.ep > 1 and self.ep % self.tp:
+            raise ConfigError(f"--ep={self.ep} must be a multiple of --tp={self.tp} (the plan puts tp-way attention "
+                              f"groups inside one ep-way expert-parallel group)")
+        if self.ep > 1 and self.tp > self.ep:
+            raise ConfigError(f"--ep={self.ep} smaller than --tp={self.tp} is not supported; use --ep 1 or "
+                              f"--ep >= --tp")
+        if self.ep > 1 and not spec.is_moe:
+            raise ConfigError(f"--ep={self.ep} needs a mixture-of-experts model; {spec.name} is dense")
+        if self.ep > 1 and spec.n_experts % self.ep:
+            raise ConfigError(f"--ep={self.ep} must divide the {spec.n_experts} routed experts of {spec.name}")
+        if spec.heads % self.tp:
+            raise ConfigError(f"--tp={self.tp} must divide the {spec.heads} attention heads of {spec.name}")
+        for name, v in (("weight", self.weight_dtype), ("dispatch", self.dispatch_dtype)):
+            if v not in ("bf16", "fp8"):
+                raise ConfigError(f"{name} dtype {v!r} is not supported; use bf16 or fp8")
+
+
+# ---------------------------------------------------------------- routing oracle
+
+def route(spec: ModelSpec, layer: int, n_tokens: int, seed: int) -> np.ndarray:
+    """Seeded routing oracle: [n_tokens, topk] expert ids, group-limited as the model's router is.
+
+    Meta tensors hold no values, so routing cannot be computed; both engines draw it from here. Each token picks
+    topk_group of n_group expert groups uniformly, then topk distinct experts uniformly inside them."""
+    rng = np.random.default_rng([seed, layer, 0x5EED])
+    E, k, G, kg = spec.n_experts, spec.topk, max(spec.n_group, 1), max(spec.topk_group, 1)
+    per = E // G
+    out = np.empty((n_tokens, k), np.int64)
+    for t in range(n_tokens):
+        groups = rng.choice(G, size=kg, replace=False)
+        cand = (groups[:, None] * per + np.arange(per)[None, :]).ravel()
+        out[t] = np.sort(rng.choice(cand, size=k, replace=False))
+    return out
+
+
+# ---------------------------------------------------------------- per-kernel flops and bytes
+
+def _shard(n: int, t: int) -> int:
+    return -(-n // t)
+
+
+def kernel_cost(op: LogicalOp, tp: int, b: int, wbytes: int, moe: dict | None = None) -> tuple[float, float]:
+    """(flops, bytes) of one rank's kernel for `b` tokens; `moe` = dict(pairs, active, ep) for expert ops."""
+    d = op.dims
+    if op.op == "norm":
+        n = d["n"] if op.style == "replicated" else _shard(d["n"], tp)  # per-head norms: local (kv) heads
+        w = d["width"]
+        vec = b * n * w * ACT
+        return 4.0 * b * n * w, (4 if d["add"] else 2) * vec + w * ACT
+    if op.op == "linear":
+        i, o = d["in"], d["out"]
+        if op.style in ("colwise", "vocab"):
+            o = _shard(o, tp)
+        elif op.style == "rowwise":
+            i = _shard(i, tp)
+        return 2.0 * b * i * o, i * o * wbytes + b * (i + o) * ACT
+    if op.op == "qkv_linear":
+        q, kv = d["heads"] // tp, _shard(d["kv_heads"], tp)
+        o = (q + 2 * kv) * d["head_dim"]
+        return 2.0 * b * d["in"] * o, d["in"] * o * wbytes + b * (d["in"] + o) * ACT
+    if op.op == "act":
+        w = d["width"] if op.style == "replicated" else _shard(d["width"], tp)
+        return 3.0 * b * w, 3 * b * w * ACT
+    if op.op == "rope_mla":
+        hl = d["heads"] // tp
+        rot = b * (hl + 1) * d["rope"]
+        return 6.0 * rot, (2 * rot + b * d["kv_lora"] + b * (d["kv_lora"] + d["rope"])) * ACT
+    if op.op == "rope_gqa":
+        hl, kv = d["heads"] // tp, _shard(d["kv_heads"], tp)
+        rot = b * (hl + kv) * d["head_dim"]
+        return 6.0 * rot, (2 * rot + 3 * b * kv * d["head_dim"]) * ACT
+    if op.op == "mla_absorb_k":
+        hl = d["heads"] // tp
+        w = hl * d["nope"] * d["kv_lora"]
+        return 2.0 * b * w, w * wbytes + b * hl * (d["nope"] + d["kv_lora"]) * ACT
+    if op.op == "mla_absorb_v":
+        hl = d["heads"] // tp
+        w = hl * d["kv_lora"] * d["v_dim"]
+        return 2.0 * b * w, w * wbytes + b * hl * (d["kv_lora"] + d["v_dim"]) * ACT
+    if op.op == "mla_attention":
+        hl, L, kvl, r = d["heads"] // tp, d["ctx"], d["kv_lora"], d["rope"]
+        flops = 2.0 * b * hl * L * ((kvl + r) + kvl)
+        return flops, b * L * (kvl + r) * ACT + b * hl * (2 * kvl + r) * ACT
+    if op.op == "gqa_attention":
+        hl, kv, hd, L = d["heads"] // tp, _shard(d["kv_heads"], tp), d["head_dim"], d["ctx"]
+        return 4.0 * b * hl * L * hd, b * L * kv * hd * 2 * ACT + 2 * b * hl * hd * ACT
+    if op.op == "embedding":
+        return 0.0, 2 * b * d["hidden"] * ACT + b * 8
+    if op.op == "router":
+        return 2.0 * b * d["in"] * d["experts"], d["in"] * d["experts"] * wbytes + b * (d["in"] + d["experts"]) * ACT
+    if op.op == "topk":
+        return 4.0 * b * d["experts"], b * d["experts"] * 4 + d["experts"] * 4 + b * d["topk"] * 8
+    if op.op in ("experts_gate_up", "experts_down", "experts_act"):
+        pairs, active, ep = moe["pairs"], moe["active"], moe["ep"]
+        inter = d["inter"] if ep > 1 else _shard(d["inter"], tp)
+        if op.op == "experts_act":
+            return 3.0 * pairs * inter, 3 * pairs * inter * ACT
+        wo = 2 * inter if op.op == "experts_gate_up" else d["hidden"]
+        wi = d["hidden"] if op.op == "experts_gate_up" else inter
+        return 2.0 * pairs * wi * wo, active * wi * wo * wbytes + pairs * (wi + wo) * ACT
+    if op.op == "moe_combine":
+        return float(b * d["hidden"] * (d["topk"] + d["shared"])), \
+            b * d["hidden"] * (d["topk"] + d["shared"] + 1) * ACT + b * d["topk"] * 4
+    raise ConfigError(f"unknown logical op type {op.op!r} ({op.name})")
+
+
+# ---------------------------------------------------------------- lowering
+
+class _Builder:
+    """Accumulates one rank's op rows and dependencies."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+        self.deps: list[list[int]] = []
+
+    def add(self, deps: list[int], **row) -> int:
+        self.rows.append(row)
+        self.deps.append(sorted(set(d for d in deps if d is not None)))
+        return len(self.rows) - 1
+
+    def table(self) -> OpTable:
+        return OpTable.from_rows(self.rows, self.deps)
+
+
+def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile, meta: dict) -> Trace:
+    """Shard, cost and add collectives: one OpTable per rank (identical ranks share one table)."""
+    plan.check(spec)
+    n, tp, dp = plan.n_ranks, plan.tp, plan.dp
+    wbytes = DTYPE_BYTES[plan.weight_dtype]
+    b_local = -(-plan.batch // dp)
+    groups = [list(range(n))]
+    if dp > 1:
+        groups += [list(range(d * tp, (d + 1) * tp)) for d in range(dp)]
+
+    def tp_group(r):
+        return 0 if dp == 1 else 1 + r // tp
+
+    moe_layers = sorted({op.layer for op in graph if op.op == "experts_gate_up"})
+    routing = {L: route(spec, L, dp * b_local, plan.seed) for L in moe_layers}
+    ep_info = {L: _ep_layout(spec, plan, routing[L], b_local) for L in moe_layers} if plan.ep > 1 else {}
+
+    def build(r: int) -> OpTable:
+        bld = _Builder()
+        out: dict[tuple[int, str], int] = {}
+        prev = None
+        g_tp = tp_group(r)
+        for op in graph:
+            in_moe = op.layer in routing and op.name.startswith(("moe_", "experts_", "shared_"))
+            ep_mode = plan.ep > 1 and in_moe
+            b = ep_info[op.layer]["slots"] if ep_mode else b_local
+            t_shard = 1 if (ep_mode and op.style in ("colwise", "rowwise")) else tp
+            moe = None
+            if op.op.startswith("experts_"):
+                if plan.ep > 1:
+                    info = ep_info[op.layer]
+                    moe = dict(pairs=int(info["pairs"][r]), active=int(info["active"][r]), ep=plan.ep)
+                else:
+                    rt = routing[op.layer][:plan.batch]
+                    moe = dict(pairs=rt.size, active=len(np.unique(rt)), ep=1)
+            flops, nbytes = kernel_cost(op, t_shard, b, wbytes, moe)
+            dtype = plan.weight_dtype if op.op in ("linear", "qkv_linear", "router", "experts_gate_up",
+                                                    "experts_down", "mla_absorb_k", "mla_absorb_v") else "bf16"
+            deps = [prev] if op.after is None else [out.get((op.layer, a)) for a in op.after]
+            if ep_mode and op.name == "experts_gate_up":
+                info = ep_info[op.layer]
+                deps = [bld.add(deps, name="moe_dispatch", kind=KIND_COLLECTIVE, stream=op.stream,
+                                coll_kind=COLL_ALLTOALL, coll_bytes=info["dispatch_bytes"], group=0,
+                                layer=op.layer, module=op.module)]
+            idx = bld.add(deps, name=op.name, kind=KIND_COMPUTE, stream=op.stream,
+                          duration_ns=chip.kernel_time_ns(flops, nbytes, dtype), flops=flops, bytes=float(nbytes),
+                          layer=op.layer, module=op.module)
+            if ep_mode and op.name == "experts_down":
+                info = ep_info[op.layer]
+                idx = bld.add([idx], name="moe_combine_a2a", kind=KIND_COLLECTIVE, stream=op.stream,
+                              coll_kind=COLL_ALLTOALL, coll_bytes=info["combine_bytes"], group=0,
+                              layer=op.layer, module=op.module)
+            if op.reduce_after and ep_mode:
+                if tp > 1:
+                    idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=op.stream,
+                                  coll_kind=COLL_ALLGATHER, coll_bytes=b * spec.hidden * ACT, group=g_tp,
+                                  layer=op.layer, module=op.module)
+            elif op.reduce_after and tp > 1:
+                idx = bld.add([idx], name=f"{op.name}.allreduce", kind=KIND_COLLECTIVE, stream=op.stream,
+                              coll_kind=COLL_ALLREDUCE, coll_bytes=b * spec.hidden * ACT, group=g_tp,
+                              layer=op.layer, module=op.module)
+            if op.gather_after and tp > 1:
+                idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=op.stream,
+                              coll_kind=COLL_ALLGATHER, coll_bytes=b * _shard(op.dims["out"], tp) * ACT,
+                              group=g_tp, layer=op.layer, module=op.module)
+            out[(op.layer, op.name)] = idx
+            prev = idx
+        return bld.table()
+
+    if plan.ep == 1:
+        t = build(0)
+        ops = [t] * n
+    else:
+        ops = [build(r) for r in range(n)]
+    meta = dict(meta)
+    meta.update(plan=dict(tp=plan.tp, ep=plan.ep, dp=dp, n_ranks=n, weight_dtype=plan.weight_dtype,
+                          dispatch_dtype=plan.dispatch_dtype, routing_seed=plan.seed, batch_per_replica=b_local),
+                batch=plan.batch, context=plan.context, chip=chip.name)
+    return Trace(meta=meta, n_ranks=n, groups=groups, ops=ops)
+
+
+def _ep_layout(spec: ModelSpec, plan: Plan, routing: np.ndarray, b_local: int) -> dict:
+    """Which rank sends which token where, for one MoE layer under expert parallelism."""
+    n, tp = plan.n_ranks, plan.tp
+    per_rank = spec.n_experts // n
+    slots = -(-b_local // tp)
+    sent = np.zeros((n, n), np.int64)
+    pairs = np.zeros(n, np.int64)
+    active = [set() for _ in range(n)]
+    for r in range(n):
+        d, j = divmod(r, tp)
+        for tok in range(j * slots, min((j + 1) * slots, b_local)):
+            experts = routing[d * b_local + tok]
+            owners = experts // per_rank
+            for dst in np.unique(owners):
+                sent[r, dst] += 1
+            for e, o in zip(experts, owners):
+                pairs[o] += 1
+                active[o].add(int(e))
+    tok_dispatch = spec.hidden + (math.ceil(spec.hidden / 128) * 4 if plan.dispatch_dtype == "fp8" else spec.hidden)
+    chunk = int(sent.max()) if sent.size else 0
+    return dict(slots=slots, pairs=pairs, active=np.array([len(a) for a in active]),
+                dispatch_bytes=chunk * tok_dispatch, combine_bytes=chunk * spec.hidden * ACT, sent=sent)

@@ -1,0 +1,60 @@
+"""fabric-trace: inspect and validate trace files (docs/trace-format.md)."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from fabric.cli.common import friendly, write_json
+
+
+@click.group(help="Inspect and validate fabric trace files (HDF5, format v1).")
+def main():
+    pass
+
+
+def _fmt_bytes(n: int) -> str:
+    return f"{n:,} B"
+
+
+@main.command(help="Print ranks, ops by kind, collectives by kind and size, and compute time per rank.")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="also write the summary as JSON to this file")
+@friendly
+def info(file, json_out):
+    from fabric import trace as T
+    tr = T.read(file)
+    s = T.summary(tr)
+    plan = s["plan"] or {}
+    click.echo(f"{file}: schema v{s['schema_version']}, model {s['model']}, {s['ranks']} ranks, "
+               f"{s['groups']} communicator groups")
+    click.echo(f"  plan tp={plan.get('tp')} ep={plan.get('ep')}, batch {s['batch']}, context {s['context']}, "
+               f"chip {s['chip']}, tool {tr.meta.get('tool')} {tr.meta.get('tool_version')}")
+    click.echo("ops by kind (min / max per rank):")
+    for k, counts in s["ops_by_kind"].items():
+        if any(counts):
+            click.echo(f"  {k:<12} {min(counts):>7} / {max(counts)}")
+    click.echo("collectives by kind and size (count per rank, min / max):")
+    if not s["collectives"]:
+        click.echo("  none")
+    for c in s["collectives"]:
+        cnt = c["count_per_rank"]
+        click.echo(f"  {c['kind']:<15} {_fmt_bytes(c['bytes']):>16}  {min(cnt):>5} / {max(cnt)}")
+    us = s["compute_us_per_rank"]
+    click.echo(f"compute time per rank: min {min(us):.1f} us, mean {sum(us) / len(us):.1f} us, max {max(us):.1f} us")
+    write_json(json_out, s)
+
+
+@main.command(help="Check a trace file; exit 1 listing every problem, 0 if it is valid.")
+@click.argument("file", type=click.Path(dir_okay=False))
+@friendly
+def validate(file):
+    from fabric import trace as T
+    problems = T.validate(file)
+    if problems:
+        click.echo(f"{file}: {len(problems)} problem{'s' if len(problems) != 1 else ''}", err=True)
+        for p in problems:
+            click.echo(f"  - {p}", err=True)
+        sys.exit(1)
+    click.echo(f"{file}: valid (trace format v{T.SCHEMA_VERSION})")

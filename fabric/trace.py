@@ -1,0 +1,645 @@
+"""Trace format v1: per-rank op tables of one decode step, stored in HDF5 (see docs/trace-format.md).
+
+Public API (the replay depends on it):
+    read(path) -> Trace          validates; raises TraceError listing every problem
+    write(path, trace)           writes a signed, compressed v1 file
+    validate(path) -> list[str]  every problem found, each with its location; [] when the file is good
+    default_trace_path() -> Path the shipped DeepSeek-R1 TP64 trace
+
+Every failure, including a corrupt, truncated or non-HDF5 file, surfaces as fabric.errors.TraceError.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fabric.errors import TraceError
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = (1, 1)  # inclusive range this reader understands
+FORMAT_NAME = "fabric-trace"
+
+# ---------------------------------------------------------------- code tables (import these, never hard-code)
+KIND_COMPUTE, KIND_COLLECTIVE, KIND_SEND, KIND_RECV = 0, 1, 2, 3
+KIND_NAMES = ("compute", "collective", "send", "recv")
+
+COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_ALLTOALL, COLL_BROADCAST, COLL_SENDRECV = range(7)
+COLL_NAMES = ("none", "allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
+
+# column -> numpy dtype; order is the documented order
+COLUMNS: dict[str, np.dtype] = {
+    "op_id": np.dtype(np.int64),
+    "name": np.dtype(object),
+    "kind": np.dtype(np.int8),
+    "stream": np.dtype(np.int32),
+    "duration_ns": np.dtype(np.float64),
+    "flops": np.dtype(np.float64),
+    "bytes": np.dtype(np.float64),
+    "coll_kind": np.dtype(np.int8),
+    "coll_bytes": np.dtype(np.int64),
+    "group": np.dtype(np.int32),
+    "peer": np.dtype(np.int32),
+    "layer": np.dtype(np.int32),
+    "module": np.dtype(object),
+    "dep_ptr": np.dtype(np.int64),
+    "dep_idx": np.dtype(np.int64),
+}
+STRING_COLUMNS = ("name", "module")
+ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("dep_ptr", "dep_idx"))
+META_KEYS = ("schema_version", "model", "model_config", "plan", "batch", "context", "chip", "tool", "tool_version")
+
+_MAGIC = b"FABRIC-TRACE\x00"
+_USERBLOCK = 512
+_MAX_FILE_BYTES = 1 << 31  # refuse to slurp anything larger: no trace of one decode step comes near
+
+
+@dataclass
+class OpTable:
+    """One rank's ordered ops as equal-length numpy columns; dependencies as CSR into the same table."""
+    op_id: np.ndarray
+    name: np.ndarray
+    kind: np.ndarray
+    stream: np.ndarray
+    duration_ns: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    coll_kind: np.ndarray
+    coll_bytes: np.ndarray
+    group: np.ndarray
+    peer: np.ndarray
+    layer: np.ndarray
+    module: np.ndarray
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.op_id)
+
+    def deps(self, i: int) -> np.ndarray:
+        return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {c: getattr(self, c) for c in COLUMNS}
+
+    def same_as(self, other: "OpTable") -> bool:
+        return self is other or all(np.array_equal(getattr(self, c), getattr(other, c)) for c in COLUMNS)
+
+    @classmethod
+    def from_rows(cls, rows: list[dict], deps: list[list[int]]) -> "OpTable":
+        """Build from row dicts (missing keys take neutral defaults) and one dependency list per row."""
+        n = len(rows)
+        defaults = dict(kind=KIND_COMPUTE, stream=0, duration_ns=0.0, flops=0.0, bytes=0.0, coll_kind=COLL_NONE,
+                        coll_bytes=0, group=-1, peer=-1, layer=-1, module="")
+        cols = {}
+        for c in ROW_COLUMNS:
+            if c == "op_id":
+                cols[c] = np.arange(n, dtype=np.int64)
+            else:
+                vals = [r.get(c, defaults.get(c)) for r in rows]
+                cols[c] = np.array(vals, dtype=COLUMNS[c]) if n else np.zeros(0, COLUMNS[c])
+        ptr = np.zeros(n + 1, np.int64)
+        ptr[1:] = np.cumsum([len(d) for d in deps]) if n else []
+        idx = np.array([j for d in deps for j in d], dtype=np.int64)
+        return cls(dep_ptr=ptr, dep_idx=idx, **cols)
+
+
+@dataclass
+class Trace:
+    meta: dict
+    n_ranks: int
+    groups: list[list[int]]
+    ops: list[OpTable] = field(default_factory=list)
+
+    def compute_ns_per_rank(self) -> np.ndarray:
+        return np.array([float(t.duration_ns[t.kind == KIND_COMPUTE].sum()) for t in self.ops])
+
+
+# ---------------------------------------------------------------- writing
+
+def write(path, trace: Trace) -> None:
+    """Write `trace` to `path` as a signed v1 file (identical rank tables are stored once)."""
+    _write(path, trace)
+
+
+def _write(path, trace: Trace, check: bool = True, sign: bool = True) -> None:
+    """write() with its safety checks switchable, for tests that need broken or unsigned files."""
+    import h5py
+    if check:
+        problems = _check_trace(trace)
+        if problems:
+            raise TraceError(_summary(f"refusing to write an invalid trace to {path}", problems))
+    path = Path(path)
+    tables: list[OpTable] = []
+    table_of_rank = np.zeros(trace.n_ranks, np.int32)
+    for r, t in enumerate(trace.ops):
+        for k, u in enumerate(tables):
+            if u.same_as(t):
+                table_of_rank[r] = k
+                break
+        else:
+            table_of_rank[r] = len(tables)
+            tables.append(t)
+    meta = dict(trace.meta)
+    meta["schema_version"] = SCHEMA_VERSION
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with h5py.File(tmp, "w", userblock_size=_USERBLOCK if sign else 0, libver="earliest") as f:
+            f.attrs["format"] = FORMAT_NAME
+            f.attrs["schema_version"] = np.int64(SCHEMA_VERSION)
+            f.attrs["meta_json"] = json.dumps(meta, sort_keys=True)
+            f.attrs["n_ranks"] = np.int64(trace.n_ranks)
+            gptr = np.zeros(len(trace.groups) + 1, np.int64)
+            gptr[1:] = np.cumsum([len(g) for g in trace.groups])
+            granks = np.array([r for g in trace.groups for r in g], dtype=np.int32)
+            f.create_dataset("groups/ptr", data=gptr)
+            f.create_dataset("groups/ranks", data=granks)
+            f.create_dataset("ops/table_of_rank", data=table_of_rank)
+            stored: dict[tuple, str] = {}  # identical columns of different tables are stored once (hard links)
+            for k, t in enumerate(tables):
+                g = f.create_group(f"ops/tables/{k}")
+                for c, dt in COLUMNS.items():
+                    a = getattr(t, c)
+                    if c in STRING_COLUMNS:
+                        enc = [str(s).encode("utf-8") for s in a]
+                        width = max([len(e) for e in enc] + [1])
+                        data = np.array(enc, dtype=f"S{width}")
+                        h5dt = h5py.string_dtype("utf-8", length=width)
+                    else:
+                        data = np.ascontiguousarray(a, dtype=dt)
+                        h5dt = dt
+                    key = (c, data.dtype.str, hashlib.sha256(data.tobytes()).hexdigest())
+                    if key in stored:
+                        g[c] = f[stored[key]]
+                        continue
+                    kw = dict(compression="gzip", compression_opts=6, shuffle=True) if len(data) > 16 else {}
+                    g.create_dataset(c, data=data.astype(h5dt) if c in STRING_COLUMNS else data, **kw)
+                    stored[key] = f"ops/tables/{k}/{c}"
+        if sign:
+            _sign(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _sign(path) -> None:
+    """Write the header line with the sha256 of everything after the user block (files written with one)."""
+    with open(path, "r+b") as fh:
+        fh.seek(_USERBLOCK)
+        digest = hashlib.sha256(fh.read()).hexdigest().encode()
+        fh.seek(0)
+        fh.write((_MAGIC + b"v1 sha256=" + digest + b"\n").ljust(_USERBLOCK, b"\x00"))
+
+
+# ---------------------------------------------------------------- reading
+
+def read(path) -> Trace:
+    """Read and validate a trace; raises TraceError naming every problem."""
+    trace, problems = _load(path)
+    if problems:
+        raise TraceError(_summary(f"{path} is not a valid trace", problems))
+    return trace
+
+
+def validate(path) -> list[str]:
+    """Every problem of the file at `path`, each with its location; an empty list means valid."""
+    try:
+        _, problems = _load(path)
+    except TraceError as exc:
+        return [str(exc)]
+    return problems
+
+
+def _summary(head: str, problems: list[str]) -> str:
+    shown = problems[:50]
+    more = f"; ... and {len(problems) - 50} more" if len(problems) > 50 else ""
+    return f"{head} ({len(problems)} problem{'s' if len(problems) != 1 else ''}): " + "; ".join(shown) + more
+
+
+def _file_bytes(path) -> bytes:
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"trace file {str(p)!r} does not exist")
+    if p.is_dir():
+        raise TraceError(f"{str(p)!r} is a directory, not a trace file")
+    try:
+        size = p.stat().st_size
+        if size > _MAX_FILE_BYTES:
+            raise TraceError(f"{p} is {size} bytes, larger than any trace this reader accepts")
+        data = p.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"cannot read {p}: {exc.strerror or exc}") from None
+    if len(data) == 0:
+        raise TraceError(f"{p} is empty (0 bytes); re-create it with fabric-capture")
+    return data
+
+
+_HDF5_SIG = b"\x89HDF\r\n\x1a\n"
+
+
+def _check_signature(path, data: bytes) -> None:
+    """Signed files carry sha256 of everything after the user block; check it before HDF5 parses a byte."""
+    if data.startswith(_HDF5_SIG):
+        return  # plain (unsigned) HDF5, e.g. written by another tool: HDF5's own checks apply
+    if not data.startswith(_MAGIC):
+        if data[_USERBLOCK:_USERBLOCK + 8] == _HDF5_SIG:
+            raise TraceError(f"{path}: the trace header is damaged (file corrupt); re-create it with fabric-capture")
+        raise TraceError(f"{path} is not an HDF5 trace file (no HDF5 signature); "
+                         f"expected a file written by fabric-capture")
+    head = data[:_USERBLOCK]
+    line = head[len(_MAGIC):].split(b"\n", 1)[0]
+    if not line.startswith(b"v1 sha256=") or len(line) != len(b"v1 sha256=") + 64:
+        raise TraceError(f"{path}: the trace header is damaged (file corrupt); re-create it with fabric-capture")
+    if len(data) <= _USERBLOCK:
+        raise TraceError(f"{path} is truncated ({len(data)} bytes); re-create it with fabric-capture")
+    want = line[len(b"v1 sha256="):].decode("ascii", "replace")
+    if hashlib.sha256(data[_USERBLOCK:]).hexdigest() != want:
+        raise TraceError(f"{path} is corrupt or truncated (checksum mismatch, {len(data)} bytes); "
+                         f"re-create it with fabric-capture or copy it again")
+
+
+def _load(path) -> tuple[Trace | None, list[str]]:
+    data = _file_bytes(path)
+    _check_signature(path, data)
+    try:
+        import h5py
+    except ImportError:  # pragma: no cover
+        raise TraceError("reading traces needs h5py: pip install h5py") from None
+    try:
+        with h5py.File(io.BytesIO(data), "r") as f:
+            return _parse(f)
+    except TraceError:
+        raise
+    except Exception as exc:  # h5py raises OSError, KeyError, ValueError, RuntimeError... on damaged files
+        raise TraceError(f"{path} is not a readable HDF5 trace ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); "
+                         f"it may be truncated or corrupt: re-create it with fabric-capture") from None
+
+
+def _attr(f, name, problems):
+    if name not in f.attrs:
+        problems.append(f"/ attribute {name!r} is missing")
+        return None
+    return f.attrs[name]
+
+
+def _dataset(f, key, problems, where=None, ndim=1):
+    """Fetch a 1-D dataset `key` of group `f`, checking presence and shape; problems name it as `where`."""
+    import h5py
+    where = where or key
+    obj = f.get(key)
+    if obj is None:
+        problems.append(f"{where}: dataset is missing")
+        return None
+    if not isinstance(obj, h5py.Dataset):
+        problems.append(f"{where}: is a group, expected a dataset")
+        return None
+    if len(obj.shape) != ndim:
+        problems.append(f"{where}: has shape {obj.shape}, expected {ndim} dimension(s)")
+        return None
+    return obj
+
+
+def _check_dtype(where, obj, want: np.dtype, problems) -> bool:
+    import h5py
+    if want == np.dtype(object):
+        if h5py.check_string_dtype(obj.dtype) is None:
+            problems.append(f"{where}: dtype {obj.dtype} is wrong, expected a UTF-8 string")
+            return False
+        return True
+    if obj.dtype != want:
+        problems.append(f"{where}: dtype {obj.dtype} is wrong, expected {want}")
+        return False
+    return True
+
+
+def _parse(f) -> tuple[Trace | None, list[str]]:
+    problems: list[str] = []
+    fmt = _attr(f, "format", problems)
+    if fmt is not None and _s(fmt) != FORMAT_NAME:
+        problems.append(f"/ attribute format={_s(fmt)!r}, expected {FORMAT_NAME!r}")
+    sv = _attr(f, "schema_version", problems)
+    lo, hi = SUPPORTED_SCHEMA_VERSIONS
+    if sv is not None:
+        try:
+            svi = int(sv)
+        except (TypeError, ValueError):
+            svi = None
+        if svi is None or not lo <= svi <= hi:
+            shown = svi if svi is not None else _s(sv)
+            return None, [f"schema_version {shown!r} is not supported; this reader supports versions {lo} to {hi}"]
+    meta = {}
+    mj = _attr(f, "meta_json", problems)
+    if mj is not None:
+        try:
+            meta = json.loads(_s(mj))
+            if not isinstance(meta, dict):
+                raise ValueError
+        except (ValueError, TypeError):
+            problems.append("/ attribute meta_json is not a JSON object")
+            meta = {}
+        missing = [k for k in META_KEYS if k not in meta]
+        if missing:
+            problems.append(f"/ meta_json lacks {', '.join(missing)}")
+    nr = _attr(f, "n_ranks", problems)
+    n_ranks = None
+    if nr is not None:
+        try:
+            n_ranks = int(nr)
+            if n_ranks < 1 or n_ranks > 1 << 20:
+                raise ValueError
+        except (TypeError, ValueError):
+            problems.append(f"/ attribute n_ranks={nr!r} must be a positive integer")
+            n_ranks = None
+
+    groups: list[list[int]] = []
+    gp = _dataset(f, "groups/ptr", problems)
+    gr = _dataset(f, "groups/ranks", problems)
+    if gp is not None and gr is not None:
+        ok = _check_dtype("groups/ptr", gp, np.dtype(np.int64), problems)
+        ok &= _check_dtype("groups/ranks", gr, np.dtype(np.int32), problems)
+        if ok:
+            ptr, rk = gp[()], gr[()]
+            if len(ptr) < 1 or ptr[0] != 0 or ptr[-1] != len(rk) or np.any(np.diff(ptr) < 0):
+                problems.append("groups/ptr is not a valid CSR pointer into groups/ranks")
+            else:
+                groups = [rk[ptr[i]:ptr[i + 1]].tolist() for i in range(len(ptr) - 1)]
+                for gi, g in enumerate(groups):
+                    if n_ranks is not None:
+                        bad = [r for r in g if not 0 <= r < n_ranks]
+                        if bad:
+                            problems.append(f"group {gi}: unknown rank(s) {bad[:5]} (n_ranks={n_ranks})")
+                    if len(set(g)) != len(g):
+                        problems.append(f"group {gi}: a rank appears twice")
+                    if not g:
+                        problems.append(f"group {gi}: is empty")
+
+    tor = _dataset(f, "ops/table_of_rank", problems)
+    tables: dict[int, OpTable] = {}
+    ops: list[OpTable] = []
+    if tor is not None and _check_dtype("ops/table_of_rank", tor, np.dtype(np.int32), problems):
+        tor = tor[()]
+        if n_ranks is not None and len(tor) != n_ranks:
+            problems.append(f"ops/table_of_rank has {len(tor)} entries, expected n_ranks={n_ranks}")
+        tgroup = f.get("ops/tables")
+        if tgroup is None:
+            problems.append("ops/tables: group is missing")
+        else:
+            for k in sorted(set(tor.tolist())):
+                if k < 0 or str(k) not in tgroup:
+                    problems.append(f"ops/table_of_rank refers to table {k}, which does not exist")
+                    continue
+                t = _read_table(tgroup[str(k)], f"ops/tables/{k}", problems)
+                if t is not None:
+                    tables[k] = t
+            if len(tables) == len(set(tor.tolist())):
+                ops = [tables[int(k)] for k in tor]
+    if problems:
+        return None, problems
+    trace = Trace(meta=meta, n_ranks=n_ranks, groups=groups, ops=ops)
+    problems += _check_trace(trace, table_of_rank=tor)
+    return (None if problems else trace), problems
+
+
+def _s(v) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _read_table(g, where, problems) -> OpTable | None:
+    import h5py
+    if not isinstance(g, h5py.Group):
+        problems.append(f"{where}: is not a group")
+        return None
+    cols = {}
+    n_before = len(problems)
+    for c, dt in COLUMNS.items():
+        obj = _dataset(g, c, problems, where=f"{where}/{c}")
+        if obj is None:
+            continue
+        if not _check_dtype(f"{where}/{c}", obj, dt, problems):
+            continue
+        if c in STRING_COLUMNS:
+            cols[c] = np.array(obj.asstr()[()], dtype=object)
+        else:
+            cols[c] = obj[()]
+    if len(problems) > n_before:
+        return None
+    n = len(cols["op_id"])
+    lengths = {c: len(cols[c]) for c in ROW_COLUMNS}
+    bad = {c: m for c, m in lengths.items() if m != n}
+    if bad:
+        problems.append(f"{where}: columns differ in length (op_id has {n}; " +
+                        ", ".join(f"{c} has {m}" for c, m in bad.items()) + ")")
+        return None
+    if len(cols["dep_ptr"]) != n + 1:
+        problems.append(f"{where}/dep_ptr: has {len(cols['dep_ptr'])} entries, expected {n + 1} (ops + 1)")
+        return None
+    return OpTable(**cols)
+
+
+# ---------------------------------------------------------------- semantic checks (shared by read and write)
+
+def _check_trace(trace: Trace, table_of_rank=None) -> list[str]:
+    problems: list[str] = []
+    n_ranks = trace.n_ranks
+    if len(trace.ops) != n_ranks:
+        return [f"trace has {len(trace.ops)} op tables for n_ranks={n_ranks}"]
+    checked: dict[int, list[str]] = {}
+    for r, t in enumerate(trace.ops):
+        key = id(t)
+        if key not in checked:
+            checked[key] = _check_table(t)
+        for p in checked[key]:
+            problems.append(f"rank {r} {p}")
+        if len(problems) > 200:
+            return problems
+    # per-rank membership and peer checks
+    members = [set(g) for g in trace.groups]
+    for r, t in enumerate(trace.ops):
+        coll = np.nonzero(t.kind == KIND_COLLECTIVE)[0]
+        for i in coll:
+            g = int(t.group[i])
+            if not 0 <= g < len(trace.groups):
+                problems.append(f"rank {r} op {i} ({t.name[i]}): unknown group {g} ({len(trace.groups)} groups)")
+            elif r not in members[g]:
+                problems.append(f"rank {r} op {i} ({t.name[i]}): rank is not a member of group {g}")
+        p2p = np.nonzero((t.kind == KIND_SEND) | (t.kind == KIND_RECV))[0]
+        for i in p2p:
+            p = int(t.peer[i])
+            if not 0 <= p < n_ranks:
+                problems.append(f"rank {r} op {i} ({t.name[i]}): unknown peer rank {p} (n_ranks={n_ranks})")
+            elif p == r:
+                problems.append(f"rank {r} op {i} ({t.name[i]}): sends to or receives from itself")
+        if len(problems) > 200:
+            return problems
+    if problems:
+        return problems
+    # collectives: every member of a group issues the same sequence of (kind, bytes) on it
+    for gi, g in enumerate(trace.groups):
+        seqs = {}
+        for r in g:
+            t = trace.ops[r]
+            sel = (t.kind == KIND_COLLECTIVE) & (t.group == gi)
+            seqs[r] = (t.coll_kind[sel], t.coll_bytes[sel], np.nonzero(sel)[0])
+        r0 = g[0]
+        k0, b0, i0 = seqs[r0]
+        for r in g[1:]:
+            k, b, idx = seqs[r]
+            if len(k) != len(k0):
+                problems.append(f"group {gi}: rank {r} issues {len(k)} collectives but rank {r0} issues {len(k0)}")
+                continue
+            diff = np.nonzero((k != k0) | (b != b0))[0]
+            if len(diff):
+                j = int(diff[0])
+                problems.append(
+                    f"group {gi}: collective #{j} disagrees: rank {r0} op {int(i0[j])} is "
+                    f"{COLL_NAMES[k0[j]] if 0 <= k0[j] < 7 else k0[j]} of {int(b0[j])} B, rank {r} op "
+                    f"{int(idx[j])} is {COLL_NAMES[k[j]] if 0 <= k[j] < 7 else k[j]} of {int(b[j])} B"
+                    + (f" ({len(diff)} positions differ)" if len(diff) > 1 else ""))
+    # point to point: sends r->p match receives on p from r, in order and size
+    for r, t in enumerate(trace.ops):
+        for p in np.unique(t.peer[t.kind == KIND_SEND]):
+            p = int(p)
+            sent = t.coll_bytes[(t.kind == KIND_SEND) & (t.peer == p)]
+            u = trace.ops[p]
+            got = u.coll_bytes[(u.kind == KIND_RECV) & (u.peer == r)]
+            if len(sent) != len(got) or np.any(sent != got):
+                problems.append(f"rank {r} sends {len(sent)} message(s) to rank {p}, which receives "
+                                f"{len(got)} from it with different sizes or count")
+        for p in np.unique(t.peer[t.kind == KIND_RECV]):
+            p = int(p)
+            u = trace.ops[p]
+            if not np.any((u.kind == KIND_SEND) & (u.peer == r)):
+                problems.append(f"rank {r} receives from rank {p}, which never sends to it")
+    return problems
+
+
+def _check_table(t: OpTable) -> list[str]:
+    """Problems of one table, each located as 'op i (name): ...' or 'column: ...'."""
+    out: list[str] = []
+    n = len(t.op_id)
+
+    def rows(mask, what, limit=5):
+        bad = np.nonzero(mask)[0]
+        if len(bad):
+            where = ", ".join(f"op {int(i)} ({t.name[i]})" for i in bad[:limit])
+            more = f" and {len(bad) - limit} more" if len(bad) > limit else ""
+            out.append(f"{where}{more}: {what}")
+
+    for c in ROW_COLUMNS:
+        if len(getattr(t, c)) != n:
+            return [f"column {c} has {len(getattr(t, c))} rows, op_id has {n}"]
+    rows(t.op_id != np.arange(n), "op_id must equal the row index")
+    rows((t.kind < 0) | (t.kind > 3), "kind must be 0 compute, 1 collective, 2 send or 3 recv")
+    for c in ("duration_ns", "flops", "bytes"):
+        a = getattr(t, c)
+        rows(~np.isfinite(a) | (a < 0), f"{c} must be finite and >= 0")
+    rows(t.stream < 0, "stream must be >= 0")
+    comp = t.kind == KIND_COMPUTE
+    rows(comp & (t.coll_kind != COLL_NONE), "compute op carries a collective kind")
+    coll = t.kind == KIND_COLLECTIVE
+    rows(coll & ((t.coll_kind < COLL_ALLREDUCE) | (t.coll_kind > COLL_BROADCAST)),
+         "collective needs coll_kind 1..5 (allreduce, allgather, reduce_scatter, alltoall, broadcast)")
+    p2p = (t.kind == KIND_SEND) | (t.kind == KIND_RECV)
+    rows(p2p & (t.coll_kind != COLL_SENDRECV), "send/recv needs coll_kind 6 (sendrecv)")
+    rows((coll | p2p) & (t.coll_bytes < 0), "coll_bytes must be >= 0")
+    # dependencies
+    ptr, idx = t.dep_ptr, t.dep_idx
+    if len(ptr) != n + 1 or (n + 1 and ptr[0] != 0) or np.any(np.diff(ptr) < 0) or ptr[-1] != len(idx):
+        out.append(f"dep_ptr is not a valid CSR pointer ({len(ptr)} entries for {n} ops, "
+                   f"last {int(ptr[-1]) if len(ptr) else None}, dep_idx has {len(idx)})")
+        return out
+    owner = np.repeat(np.arange(n), np.diff(ptr))
+    dangling = (idx < 0) | (idx >= n)
+    if np.any(dangling):
+        bad = np.nonzero(dangling)[0][:5]
+        out.append("dangling dependencies: " + ", ".join(
+            f"op {int(owner[j])} ({t.name[owner[j]]}) depends on op {int(idx[j])}, which does not exist" for j in bad)
+            + (f" and {int(dangling.sum()) - 5} more" if dangling.sum() > 5 else ""))
+        return out
+    if np.any(idx >= owner):
+        cyc = _find_cycle(n, ptr, idx)
+        if cyc:
+            out.append("cyclic dependencies: " + " -> ".join(f"op {i} ({t.name[i]})" for i in cyc))
+    return out
+
+
+def _find_cycle(n, ptr, idx) -> list[int]:
+    """Return one dependency cycle (as op indices) or [] (iterative DFS)."""
+    state = np.zeros(n, np.int8)  # 0 new, 1 on stack, 2 done
+    for s in range(n):
+        if state[s]:
+            continue
+        stack = [(s, int(ptr[s]))]
+        path = [s]
+        state[s] = 1
+        while stack:
+            v, k = stack[-1]
+            if k < ptr[v + 1]:
+                stack[-1] = (v, k + 1)
+                w = int(idx[k])
+                if state[w] == 1:
+                    return path[path.index(w):] + [w]
+                if state[w] == 0:
+                    state[w] = 1
+                    stack.append((w, int(ptr[w])))
+                    path.append(w)
+            else:
+                state[v] = 2
+                stack.pop()
+                path.pop()
+    return []
+
+
+# ---------------------------------------------------------------- summaries (fabric-trace info)
+
+def summary(trace: Trace) -> dict:
+    """The numbers `fabric-trace info` prints (and writes as JSON)."""
+    ops_by_kind = {name: [int(np.sum(t.kind == k)) for t in trace.ops] for k, name in enumerate(KIND_NAMES)}
+    coll: dict[tuple[str, int], list[int]] = {}
+    for r, t in enumerate(trace.ops):
+        sel = np.nonzero((t.kind == KIND_COLLECTIVE) | (t.kind == KIND_SEND))[0]
+        for i in sel:
+            key = (COLL_NAMES[int(t.coll_kind[i])], int(t.coll_bytes[i]))
+            coll.setdefault(key, [0] * trace.n_ranks)[r] += 1
+    return dict(
+        schema_version=int(trace.meta.get("schema_version", SCHEMA_VERSION)),
+        model=trace.meta.get("model"),
+        plan=trace.meta.get("plan"),
+        batch=trace.meta.get("batch"),
+        context=trace.meta.get("context"),
+        chip=trace.meta.get("chip"),
+        ranks=trace.n_ranks,
+        groups=len(trace.groups),
+        ops_per_rank=[len(t) for t in trace.ops],
+        ops_by_kind=ops_by_kind,
+        collectives=[dict(kind=k, bytes=b, count_per_rank=c) for (k, b), c in sorted(coll.items())],
+        compute_us_per_rank=[round(x / 1e3, 3) for x in trace.compute_ns_per_rank()],
+    )
+
+
+# ---------------------------------------------------------------- shipped trace
+
+DEFAULT_TRACE = "deepseek-r1-decode-tp64.h5"
+
+
+def default_trace_path() -> Path:
+    """The shipped DeepSeek-R1 TP64 decode trace: the installed package copy first, then the source tree."""
+    from importlib import resources
+    try:
+        p = resources.files("fabric").joinpath("data", DEFAULT_TRACE)
+        if p.is_file():
+            return Path(str(p))
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        pass
+    src = Path(__file__).resolve().parent.parent / "traces" / DEFAULT_TRACE
+    if src.is_file():
+        return src
+    raise TraceError(f"the shipped trace {DEFAULT_TRACE} is not installed; regenerate it with "
+                     f"`python tools/capture_traces.py`")

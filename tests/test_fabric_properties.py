@@ -1,0 +1,98 @@
+"""Whole-fabric invariants on random small topologies, routes and traffic, with injected errors."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fabric import sim
+from fabric.config import load_config
+from fabric.topology import build
+
+TOPOLOGIES = [
+    {"topology.kind": "accel_mesh", "topology.mesh_dims": "2x2x2"},
+    {"topology.kind": "accel_mesh", "topology.mesh_dims": "3x2x1"},
+    {"topology.kind": "accel_torus", "topology.mesh_dims": "3x3x1", "topology.wrap": "true", "link.vcs": "4"},
+    {"topology.kind": "sd200", "topology.switch_mesh_dims": "2x2x1", "topology.accels_per_domain": "2"},
+    {"topology.kind": "scaleout_roce", "topology.scaleout_hosts": "2", "topology.accels_per_domain": "2",
+     "topology.nics_per_host": "2"},
+]
+
+
+@st.composite
+def fabric_case(draw):
+    over = dict(draw(st.sampled_from(TOPOLOGIES)))
+    payload = draw(st.sampled_from([64, 256, 1024]))
+    over.update({"txn.max_payload_bytes": payload, "txn.max_read_request_bytes": payload,
+                 "txn.read_tags": draw(st.integers(1, 8)),
+                 "link.credit_flits": draw(st.integers(5, 32)), "link.replay_buffer_flits": draw(st.integers(5, 32)),
+                 "link.seq_bits": draw(st.integers(3, 12)),
+                 "phy.ber": draw(st.sampled_from([0.0, 1e-7, 1e-6, 2e-5])),
+                 "sim.seed": draw(st.integers(0, 1000))})
+    cfg = load_config(overrides=over)
+    topo = build(cfg)
+    R = topo.n_ranks
+    n = draw(st.integers(1, 24))
+    src = np.array(draw(st.lists(st.integers(0, R - 1), min_size=n, max_size=n)), np.int32)
+    off = np.array(draw(st.lists(st.integers(1, R - 1), min_size=n, max_size=n)), np.int32)
+    dst = (src + off) % R
+    op = np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.int8)
+    nbytes = np.array(draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n)), np.int64)
+    graph = dict(kind=np.ones(n, np.int8), rank=src, peer=dst, stream=np.full(n, -1, np.int32), nbytes=nbytes,
+                 duration_ps=np.zeros(n, np.int64), op=op, coll=np.full(n, -1, np.int32),
+                 succ_ptr=np.zeros(n + 1, np.int64), succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+    faults = [(draw(st.sampled_from(["corrupt_flit", "lose_ack", "lose_credit"])),
+               draw(st.integers(0, topo.n_channels - 1)), draw(st.integers(1, 30)), draw(st.integers(1, 4)))
+              for _ in range(draw(st.integers(0, 3)))]
+    return cfg, topo, graph, faults
+
+
+def check_delivery(cfg, topo, graph, r):
+    assert r.outcome == "done" and r.totals["tasks_left"] == 0
+    assert r.totals["duplicates"] == 0 and r.totals["out_of_order"] == 0 and r.totals["packets_live"] == 0
+    xf = r.transfers
+    assert (xf["delivered_B"] == xf["total_B"]).all(), "no byte dropped"
+    data = xf["kind"] != 1          # stores and read completions carry data; read requests do not
+    for i in np.flatnonzero(data):
+        expect = sim.expected_csum(int(xf["dst"][i]), int(xf["src"][i]), int(xf["total_B"][i]),
+                                   cfg.txn.max_payload_bytes)
+        assert int(xf["csum"][i]) == expect, f"transfer {i}: bytes landed wrong"
+    ls = r.link_state
+    assert (ls["credits_available"] == ls["credit_pool"]).all() and (ls["buffer_occupancy"] == 0).all()
+    assert r.counters["credit_errors"].sum() == 0
+
+
+@given(fabric_case())
+@settings(max_examples=120)
+def test_random_fabrics_deliver_everything_once_in_order(case):
+    cfg, topo, graph, faults = case
+    r = sim.run(cfg, topo, graph, faults=faults)
+    check_delivery(cfg, topo, graph, r)
+
+
+def test_every_accelerator_stores_to_and_loads_from_every_other_on_sd200():
+    cfg = load_config(preset="sd200", overrides={"phy.ber": 1e-7})
+    topo = build(cfg)
+    R = topo.n_ranks
+    src, dst = np.nonzero(~np.eye(R, dtype=bool))
+    src = np.concatenate([src, src]).astype(np.int32)
+    dst = np.concatenate([dst, dst]).astype(np.int32)
+    n = len(src)
+    op = np.repeat(np.array([0, 1], np.int8), n // 2)
+    graph = dict(kind=np.ones(n, np.int8), rank=src, peer=dst, stream=np.full(n, -1, np.int32),
+                 nbytes=np.full(n, 5000, np.int64), duration_ps=np.zeros(n, np.int64), op=op,
+                 coll=np.full(n, -1, np.int32), succ_ptr=np.zeros(n + 1, np.int64),
+                 succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+    r = sim.run(cfg, topo, graph)
+    check_delivery(cfg, topo, graph, r)
+
+
+def test_too_few_vcs_for_a_torus_is_refused():
+    import pytest
+    from fabric.errors import ConfigError
+    cfg = load_config(preset="torus-4x4x4", overrides={"link.vcs": 2})
+    topo = build(cfg)
+    with pytest.raises(ConfigError, match="link.vcs"):
+        sim.run(cfg, topo, dict(kind=np.zeros(0, np.int8), rank=np.zeros(0, np.int32), peer=np.zeros(0, np.int32),
+                                stream=np.zeros(0, np.int32), nbytes=np.zeros(0, np.int64),
+                                duration_ps=np.zeros(0, np.int64), op=np.zeros(0, np.int8),
+                                coll=np.zeros(0, np.int32), succ_ptr=np.zeros(1, np.int64),
+                                succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(0, np.int32)))

@@ -1,0 +1,248 @@
+"""Trace format v1: round trip, validation (every problem, with its location), refusal of bad files, CLI."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+h5py = pytest.importorskip("h5py")
+
+from click.testing import CliRunner  # noqa: E402
+
+from fabric import trace as T  # noqa: E402
+from fabric.errors import TraceError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = ROOT / "traces" / "toy-mla-tp8.h5"
+
+
+def small_trace(n_ranks=2) -> T.Trace:
+    """compute -> allreduce -> compute on stream 0, plus one op on stream 1; rank 0 sends to rank 1."""
+    tables = []
+    for r in range(n_ranks):
+        rows = [dict(name="a", duration_ns=1000.0, flops=2e6, bytes=1e6, layer=0, module="m.a"),
+                dict(name="b", kind=T.KIND_COMPUTE, stream=1, duration_ns=500.0, layer=0, module="m.b"),
+                dict(name="ar", kind=T.KIND_COLLECTIVE, coll_kind=T.COLL_ALLREDUCE, coll_bytes=14336, group=0),
+                dict(name="c", duration_ns=10.0, layer=1, module="m.c")]
+        deps = [[], [0], [0], [2, 1]]
+        if r == 0:
+            rows.append(dict(name="send", kind=T.KIND_SEND, coll_kind=T.COLL_SENDRECV, coll_bytes=64, peer=1))
+        else:
+            rows.append(dict(name="recv", kind=T.KIND_RECV, coll_kind=T.COLL_SENDRECV, coll_bytes=64, peer=0))
+        deps.append([3])
+        tables.append(T.OpTable.from_rows(rows, deps))
+    meta = dict(schema_version=1, model="unit", model_config={}, plan=dict(tp=n_ranks, ep=1), batch=1, context=8,
+                chip="h200", tool="test", tool_version="0")
+    return T.Trace(meta=meta, n_ranks=n_ranks, groups=[list(range(n_ranks))], ops=tables)
+
+
+def test_round_trip(tmp_path):
+    tr = small_trace()
+    p = tmp_path / "t.h5"
+    T.write(p, tr)
+    back = T.read(p)
+    assert back.n_ranks == 2 and back.groups == [[0, 1]]
+    assert back.meta["model"] == "unit" and back.meta["plan"] == {"tp": 2, "ep": 1}
+    for a, b in zip(tr.ops, back.ops):
+        assert a.same_as(b)
+        for c, dt in T.COLUMNS.items():
+            assert getattr(b, c).dtype == dt, c
+    assert sorted(back.ops[0].deps(3).tolist()) == [1, 2]
+    assert T.validate(p) == []
+
+
+def test_replicated_ranks_share_one_table(tmp_path):
+    tr = T.read(TOY)
+    assert tr.n_ranks == 8
+    assert all(t is tr.ops[0] for t in tr.ops)  # stored once, returned per rank
+    with h5py.File(TOY, "r") as f:
+        assert list(f["ops/tables"].keys()) == ["0"]
+        assert f["ops/table_of_rank"][()].tolist() == [0] * 8
+
+
+def test_default_trace_path_prefers_package_copy():
+    p = T.default_trace_path()
+    assert p.is_file() and p.name == "deepseek-r1-decode-tp64.h5"
+    assert p.parent.name == "data" and p.parent.parent.name == "fabric"
+    assert p.read_bytes() == (ROOT / "traces" / p.name).read_bytes()
+
+
+def test_write_refuses_invalid_trace(tmp_path):
+    tr = small_trace()
+    tr.ops[1].dep_idx[0] = 99
+    with pytest.raises(TraceError, match="refusing to write"):
+        T.write(tmp_path / "bad.h5", tr)
+    assert not (tmp_path / "bad.h5").exists()
+
+
+# ---------------------------------------------------------------- validation: every problem, located
+
+def _broken(tmp_path, mutate, trace=None) -> list[str]:
+    p = tmp_path / "b.h5"
+    T._write(p, trace or small_trace(), check=False)
+    with h5py.File(p, "r+") as f:
+        mutate(f)
+    T._sign(p)
+    return T.validate(p)
+
+
+def test_missing_dataset_and_wrong_dtype_reported_together(tmp_path):
+    def mutate(f):
+        del f["ops/tables/0/flops"]
+        kind = f["ops/tables/0/kind"][()]
+        del f["ops/tables/0/kind"]
+        f["ops/tables/0/kind"] = kind.astype(np.int32)
+    problems = _broken(tmp_path, mutate)
+    assert any("ops/tables/0/flops: dataset is missing" in p for p in problems)
+    assert any("ops/tables/0/kind: dtype int32 is wrong, expected int8" in p for p in problems)
+    with pytest.raises(TraceError) as ei:
+        T.read(tmp_path / "b.h5")
+    assert "2 problems" in str(ei.value) and "flops" in str(ei.value) and "kind" in str(ei.value)
+
+
+def test_dangling_dependency(tmp_path):
+    tr = small_trace()
+    tr.ops[0].dep_idx[0] = 42
+    problems = _broken(tmp_path, lambda f: None, tr)
+    assert any("rank 0" in p and "depends on op 42, which does not exist" in p for p in problems)
+
+
+def test_cyclic_dependency(tmp_path):
+    tr = small_trace()
+    t = tr.ops[1]
+    t.dep_ptr = np.array([0, 1, 2, 3, 5, 6])
+    t.dep_idx = np.array([3, 0, 0, 2, 1, 3])  # op 0 now depends on op 3: 0 -> 3 -> 2 -> 0
+    problems = _broken(tmp_path, lambda f: None, tr)
+    assert any(p.startswith("rank 1 cyclic dependencies: op 0 (a)") for p in problems), problems
+
+
+def test_collective_disagreement_and_unknown_rank(tmp_path):
+    tr = small_trace()
+    tr.ops[1].coll_bytes[2] = 8192
+    tr.groups = [[0, 1, 5]]
+    problems = _broken(tmp_path, lambda f: None, tr)
+    assert any("group 0: unknown rank(s) [5]" in p for p in problems), problems
+    tr.groups = [[0, 1]]
+    problems = _broken(tmp_path, lambda f: None, tr)
+    assert any("group 0: collective #0 disagrees" in p and "14336 B" in p and "8192 B" in p for p in problems)
+
+
+def test_collective_order_disagreement(tmp_path):
+    tr = small_trace()
+    t = tr.ops[1]
+    t.coll_kind[2] = T.COLL_ALLGATHER
+    problems = _broken(tmp_path, lambda f: None, tr)
+    assert any("allreduce of 14336 B" in p and "allgather of 14336 B" in p for p in problems), problems
+
+
+def test_unmatched_send_and_bad_peer(tmp_path):
+    tr = small_trace()
+    tr.ops[1].coll_bytes[4] = 32
+    problems = _broken(tmp_path, lambda f: None, tr)
+    assert any("rank 0 sends 1 message(s) to rank 1" in p for p in problems), problems
+    tr = small_trace()
+    tr.ops[0].peer[4] = 7
+    problems = _broken(tmp_path, lambda f: None, tr)
+    assert any("unknown peer rank 7" in p for p in problems), problems
+
+
+def test_unsupported_schema_version(tmp_path):
+    problems = _broken(tmp_path, lambda f: f.attrs.__setitem__("schema_version", 7))
+    assert problems == ["schema_version 7 is not supported; this reader supports versions 1 to 1"]
+
+
+def test_column_length_and_code_problems(tmp_path):
+    def mutate(f):
+        g = f["ops/tables/0"]
+        name = g["name"][()]
+        del g["name"]
+        g["name"] = name[:2]
+    problems = _broken(tmp_path, mutate)
+    assert any("columns differ in length" in p and "name has 2" in p for p in problems), problems
+    tr = small_trace()
+    tr.ops[0].kind[0] = 9
+    tr.ops[0].duration_ns[1] = np.nan
+    problems = _broken(tmp_path, lambda f: None, tr)
+    assert any("op 0 (a): kind must be" in p for p in problems)
+    assert any("op 1 (b): duration_ns must be finite" in p for p in problems)
+
+
+# ---------------------------------------------------------------- refusal of damaged files
+
+@pytest.mark.parametrize("content", [b"", b"hello world\n" * 100, b"\x89HDF\r\n\x1a\n" + b"\x00" * 64])
+def test_not_hdf5_is_trace_error(tmp_path, content):
+    p = tmp_path / "x.h5"
+    p.write_bytes(content)
+    with pytest.raises(TraceError):
+        T.read(p)
+    assert T.validate(p)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(TraceError, match="does not exist"):
+        T.read(tmp_path / "nope.h5")
+    with pytest.raises(TraceError, match="directory"):
+        T.read(tmp_path)
+
+
+def test_checksum_catches_flipped_byte(tmp_path):
+    p = tmp_path / "t.h5"
+    shutil.copy(TOY, p)
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    p.write_bytes(bytes(data))
+    with pytest.raises(TraceError, match="checksum mismatch"):
+        T.read(p)
+
+
+def test_unsigned_files_are_read_and_truncations_refused(tmp_path):
+    p = tmp_path / "u.h5"
+    T._write(p, T.read(TOY), sign=False)
+    assert p.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"
+    assert T.read(p).n_ranks == 8
+    data = p.read_bytes()
+    for cut in (len(data) - 1, len(data) // 2, 100, 8):
+        q = tmp_path / f"cut{cut}.h5"
+        q.write_bytes(data[:cut])
+        with pytest.raises(TraceError):
+            T.read(q)
+
+
+# ---------------------------------------------------------------- CLI
+
+def test_cli_info_json(tmp_path):
+    from fabric.cli.trace import main
+    out = tmp_path / "info.json"
+    res = CliRunner().invoke(main, ["info", str(ROOT / "traces" / "deepseek-r1-decode-tp64.h5"), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "allreduce" in res.output and "14,336 B" in res.output and "64 ranks" in res.output
+    s = json.loads(out.read_text())
+    for k in ("schema_version", "model", "ranks", "ops_by_kind", "collectives", "compute_us_per_rank"):
+        assert k in s
+    assert s["ranks"] == 64 and s["model"] == "deepseek-r1" and len(s["compute_us_per_rank"]) == 64
+    assert {"kind": "allreduce", "bytes": 14336, "count_per_rank": [123] * 64} in s["collectives"]
+    assert {"kind": "allgather", "bytes": 4040, "count_per_rank": [1] * 64} in s["collectives"]
+
+
+def test_cli_validate(tmp_path):
+    from fabric.cli.trace import main
+    res = CliRunner().invoke(main, ["validate", str(TOY)])
+    assert res.exit_code == 0 and "valid" in res.output
+    _broken(tmp_path, lambda f: f["ops/tables/0/dep_idx"].__setitem__(0, 999))
+    res = CliRunner().invoke(main, ["validate", str(tmp_path / "b.h5")])
+    assert res.exit_code == 1
+    assert "depends on op 999" in res.output
+
+
+def test_cli_bad_files_exit_2_one_line(tmp_path):
+    from fabric.cli.trace import main
+    bad = tmp_path / "x.h5"
+    bad.write_text("not a trace")
+    for args in (["info", str(bad)], ["info", str(tmp_path / "missing.h5")]):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2
+        assert res.output.startswith("error: ") and res.output.count("\n") == 1
+        assert "Traceback" not in res.output
