@@ -255,6 +255,7 @@ cdef struct SimC:
     int32_t n_xf
     int32_t* tags_free             # per rank
     # ---- delivery checks
+    int64_t carved                 # packets created at sources
     int64_t delivered
     int64_t dup_delivered
     int64_t ooo_delivered
@@ -563,6 +564,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             pk.tail_ps = 0
             pk.offset_B = xf.carved_B
             xf.fseq_next += 1
+            s.carved += 1
             if xf.kind == 1:
                 xf.carved_B += covers
                 s.tags_free[xf.src] -= 1
@@ -1289,7 +1291,7 @@ cdef class Engine:
 
     def totals(self):
         s = &self.s
-        return dict(delivered=s.delivered, duplicates=s.dup_delivered, out_of_order=s.ooo_delivered,
+        return dict(carved=s.carved, delivered=s.delivered, duplicates=s.dup_delivered, out_of_order=s.ooo_delivered,
                     packets_live=s.pkts_live, tasks_left=s.tasks_left, events=s.events, now_ps=s.now)
 
     def task_times(self):

@@ -1,0 +1,57 @@
+"""`fabric-replay [TRACE]`: the main job. Replays a decode step and reports TPOT and where the time went."""
+from __future__ import annotations
+
+import click
+
+from fabric.cli.common import friendly, write_json
+from fabric.config import load_config, parse_set
+
+
+def render(r: dict) -> str:
+    lines = [
+        f"{r['model']} on {r['preset']} ({r['ranks']} ranks, batch {r['batch']}), {r['engine']} engine, seed {r['seed']}",
+        f"  TPOT                 {r['tpot_us']:10.1f} us   ({r['tokens_per_s']:.1f} tokens/s)",
+        f"  step time            {r['step_time_us']:10.1f} us",
+        f"  compute              {r['compute_us']:10.1f} us   (critical path)",
+        f"  exposed comm         {r['exposed_comm_us']:10.1f} us   ({100 * r['comm_fraction']:.1f} % of the step)",
+        "  collectives          kind            bytes  ranks  count  algorithm        mean us   p50 us   p99 us",
+    ]
+    for c in r["collectives"]:
+        lines.append(f"                       {c['kind']:14s} {c['bytes']:7d} {c['ranks']:6d} {c['count']:6d}  "
+                     f"{c['algorithm']:14s} {c['mean_us']:8.2f} {c['p50_us']:8.2f} {c['p99_us']:8.2f}")
+    k = r["links"]
+    lines += [
+        f"  links                max util {100 * k['max_utilisation']:.2f} % ({k['max_utilisation_channel']}), "
+        f"mean {100 * k['mean_utilisation']:.3f} % over {k['channels']} channels",
+        f"                       {k['retransmissions']} retransmissions, {k['replays']} replays, "
+        f"{k['retrains']} retrains, {k['credit_stall_us']:.2f} us credit stall",
+        f"  packets              {r['packets_delivered']} delivered, {r['packets_dropped']} dropped, "
+        f"{r['packets_duplicated']} duplicated",
+        f"  events               {r['events']} in {r['wall_s']:.2f} s wall (+{r['lower_s']:.2f} s lowering)",
+    ]
+    return "\n".join(lines)
+
+
+@click.command(help="Replay an HDF5 op trace of one decode step on a fabric and report time per output token. "
+                    "With no TRACE, replays the shipped DeepSeek-R1 TP64 trace on sd200.")
+@click.argument("trace", required=False, type=click.Path(dir_okay=False))
+@click.option("--preset", default="sd200", show_default=True, help="fabric preset (fabric-probe topology lists them)")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of parameter overrides")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a parameter (repeatable)")
+@click.option("--engine", type=click.Choice(["packet", "analytic"]), default="packet", show_default=True)
+@click.option("--seed", type=int, default=None, help="seed of every random stream [default: sim.seed]")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="write the report as JSON")
+@click.option("--quiet", is_flag=True, help="no progress bar, print only the TPOT line")
+@friendly
+def main(trace, preset, config_file, sets, engine, seed, json_path, quiet):
+    from fabric.replay import replay
+    overrides = parse_set(sets)
+    if seed is not None:
+        overrides["sim.seed"] = seed
+    cfg = load_config(preset=preset, config_file=config_file, overrides=overrides)
+    r = replay(trace, cfg, engine=engine, preset=preset, quiet=quiet)
+    if quiet:
+        click.echo(f"TPOT {r['tpot_us']:.1f} us ({r['tokens_per_s']:.1f} tokens/s)")
+    else:
+        click.echo(render(r))
+    write_json(json_path, r)

@@ -1,0 +1,202 @@
+"""The fragment builder every algorithm module uses: vectorised task/edge appends in group-local ids, plus the
+prologue (start, launch), flags, wait points, entry barrier and epilogue that every algorithm shares.
+
+Modelling rules (docs/collectives.md):
+- `xfer` is a data transfer (store). With fold_flags the flag travels as the last `flag_bytes` of the same transfer
+  (one flow stays in order), so the receiver "sees" the data when the transfer completes. Without folding, a
+  separate flag store is issued after the data has landed, and consumers depend on the flag.
+- `wait` is a rank's wait point (poll the step's flags, then continue): a COMPUTE of `step_ns` on the op's stream,
+  or a zero-cost JOIN when step_ns is 0.
+- `reduce` is a local reduction of k operands of `length` bytes: (k+1)*length bytes touched at reduce_gbps, plus
+  reduce_kernel_ns.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fabric.taskgraph import (
+    BUF_NONE,
+    BUF_TMP,
+    COMPUTE,
+    JOIN,
+    REDUCE,
+    STORE,
+    TRANSFER,
+    Fragment,
+    Semantics,
+)
+
+
+def bounds(nbytes: int, n: int) -> np.ndarray:
+    """Chunk boundaries of an nbytes buffer split n ways as evenly as possible: chunk i = [b[i], b[i+1])."""
+    return (np.arange(n + 1, dtype=np.int64) * int(nbytes)) // n
+
+
+def is_pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+class FragBuilder:
+    def __init__(self, kind: str, algorithm: str, n: int, nbytes: int, cc, semantics: bool = True, root: int = -1):
+        self.kind, self.algorithm, self.n, self.nbytes, self.cc = kind, algorithm, int(n), int(nbytes), cc
+        self.semantics, self.root = semantics, root
+        self.m = 0
+        self._c: dict[str, list] = {k: [] for k in ("kind", "rank", "peer", "stream", "nbytes", "dur", "op",
+                                                      "dst_buf", "dst_off", "length", "n_src", "src_buf",
+                                                      "src_off", "data")}
+        self._ep: list[np.ndarray] = []
+        self._es: list[np.ndarray] = []
+        self.buf_bytes: dict[int, int] = {}
+
+    # ---------------------------------------------------------------- primitives
+    def _add(self, kind, rank, peer=-1, stream=-1, nbytes=0, dur=0, op=STORE, dst_buf=BUF_NONE, dst_off=0,
+             length=0, src_buf=None, src_off=None, data=False) -> np.ndarray:
+        rank = np.atleast_1d(np.asarray(rank, np.int64))
+        m = len(rank)
+        c = self._c
+        for k, v, dt in (("kind", kind, np.int8), ("peer", peer, np.int32), ("stream", stream, np.int32),
+                         ("nbytes", nbytes, np.int64), ("dur", dur, np.int64), ("op", op, np.int8),
+                         ("dst_buf", dst_buf, np.int8), ("dst_off", dst_off, np.int64), ("length", length, np.int64),
+                         ("data", data, bool)):
+            c[k].append(np.broadcast_to(np.asarray(v, dt), (m,)))
+        c["rank"].append(rank.astype(np.int32))
+        if src_buf is None:
+            c["n_src"].append(np.zeros(m, np.int64))
+        else:
+            so = np.asarray(src_off, np.int64)
+            so = so.reshape(m, -1) if so.ndim == 2 else np.broadcast_to(so, (m,)).reshape(m, 1)
+            sb = np.asarray(src_buf, np.int8)
+            sb = np.broadcast_to(sb if sb.ndim == 2 else np.broadcast_to(sb, (m,)).reshape(m, 1), so.shape)
+            c["n_src"].append(np.full(m, so.shape[1], np.int64))
+            c["src_buf"].append(sb.ravel())
+            c["src_off"].append(so.ravel())
+        ids = np.arange(self.m, self.m + m, dtype=np.int64)
+        self.m += m
+        return ids
+
+    def edge(self, pred, succ) -> None:
+        p, s = np.broadcast_arrays(np.asarray(pred, np.int64), np.asarray(succ, np.int64))
+        if p.size:
+            self._ep.append(p.ravel())
+            self._es.append(s.ravel())
+
+    def need(self, buf: int, nbytes: int) -> None:
+        """Record that buffer `buf` must hold `nbytes` on a rank (for symbolic checks and reports)."""
+        self.buf_bytes[buf] = max(self.buf_bytes.get(buf, 0), int(nbytes))
+
+    def join(self, rank) -> np.ndarray:
+        return self._add(JOIN, rank)
+
+    def compute(self, rank, ns: float) -> np.ndarray:
+        return self._add(COMPUTE, rank, stream=0, dur=round(ns * 1000))
+
+    def wait(self, rank) -> np.ndarray:
+        """A wait point: poll flags then continue (COMPUTE of step_ns, or a JOIN when it is 0)."""
+        if self.cc.step_ns > 0:
+            return self.compute(rank, self.cc.step_ns)
+        return self.join(rank)
+
+    def xfer(self, src, dst, length, src_buf, src_off, dst_buf, dst_off) -> tuple[np.ndarray, np.ndarray]:
+        """Data stores src -> dst. Returns (issue ids: add the sender's dependencies here, seen ids: the receiver
+        depends on these)."""
+        src, dst, length = np.broadcast_arrays(np.atleast_1d(np.asarray(src, np.int64)), np.asarray(dst, np.int64),
+                                               np.asarray(length, np.int64))
+        cc = self.cc
+        src_off = np.broadcast_to(np.asarray(src_off, np.int64), src.shape)
+        if cc.fold_flags:
+            ids = self._add(TRANSFER, src, peer=dst, nbytes=length + cc.flag_bytes, op=STORE, dst_buf=dst_buf,
+                            dst_off=dst_off, length=length, src_buf=src_buf, src_off=src_off, data=True)
+            return ids, ids
+        # data first (a transfer of nothing is a JOIN on the sender), then a flag once the data has landed
+        kind = np.where(length > 0, TRANSFER, JOIN).astype(np.int8)
+        ids = self._add(kind, src, peer=np.where(length > 0, dst, -1), nbytes=length, op=STORE, dst_buf=dst_buf,
+                        dst_off=dst_off, length=length, src_buf=src_buf, src_off=src_off, data=True)
+        flags = self._add(TRANSFER, src, peer=dst, nbytes=cc.flag_bytes, op=STORE)
+        self.edge(ids, flags)
+        return ids, flags
+
+    def reduce(self, rank, length, dst_buf, dst_off, src_buf, src_off) -> np.ndarray:
+        """rank's (dst_buf, dst_off)[:length] := sum of operands; src_buf/src_off are [m, k] (k operands)."""
+        rank = np.atleast_1d(np.asarray(rank, np.int64))
+        so = np.asarray(src_off, np.int64)
+        so = so.reshape(len(rank), -1) if so.ndim else np.full((len(rank), 1), so)
+        k = so.shape[1]
+        length = np.broadcast_to(np.asarray(length, np.int64), rank.shape)
+        touched = (k + 1) * length
+        cc = self.cc
+        dur = np.rint(touched * (1000.0 / cc.reduce_gbps) + cc.reduce_kernel_ns * 1000).astype(np.int64)
+        sb = np.asarray(src_buf, np.int8)
+        sb = np.broadcast_to(sb.reshape(1, -1) if sb.ndim == 1 else sb, so.shape)
+        return self._add(REDUCE, rank, stream=0, nbytes=touched, dur=dur, dst_buf=dst_buf, dst_off=dst_off,
+                         length=length, src_buf=sb, src_off=so)
+
+    # ---------------------------------------------------------------- shared structure
+    def prologue(self) -> tuple[np.ndarray, np.ndarray]:
+        """start JOIN per rank, then the launch cost. Returns (start ids, ready ids) indexed by rank."""
+        r = np.arange(self.n)
+        start = self.join(r)
+        if self.cc.launch_ns > 0:
+            ready = self.compute(r, self.cc.launch_ns)
+            self.edge(start, ready)
+        else:
+            ready = start
+        self._ready = ready
+        return start, ready
+
+    def finish(self, start: np.ndarray, out: np.ndarray | list) -> Fragment:
+        """done JOIN per rank after `out[r]` (a task id, or a list of arrays of ids, per rank); entry barrier."""
+        r = np.arange(self.n)
+        done = self.join(r)
+        if isinstance(out, np.ndarray):
+            self.edge(out, done)
+        else:
+            for rank, ids in enumerate(out):
+                self.edge(ids, done[rank])
+        if self.cc.entry_barrier:
+            self._entry_barrier()
+        return self._fragment(start, done)
+
+    def _entry_barrier(self) -> None:
+        """Every data store s -> d waits for a 'buffer free' flag d -> s, sent once per pair after d's launch."""
+        c = self._c
+        kind = np.concatenate(c["kind"])
+        data = np.flatnonzero(np.concatenate(c["data"]) & (kind == TRANSFER))
+        if not len(data):
+            return
+        s = np.concatenate(c["rank"]).astype(np.int64)[data]
+        d = np.concatenate(c["peer"]).astype(np.int64)[data]
+        key = d * self.n + s
+        pairs, inv = np.unique(key, return_inverse=True)
+        fd, fs = pairs // self.n, pairs % self.n
+        flags = self._add(TRANSFER, fd, peer=fs, nbytes=self.cc.flag_bytes, op=STORE)
+        self.edge(self._ready[fd], flags)
+        self.edge(flags[inv], data)
+
+    def _fragment(self, start, done) -> Fragment:
+        c = self._c
+        cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in c.items()}
+        ep = np.concatenate(self._ep) if self._ep else np.zeros(0, np.int64)
+        es = np.concatenate(self._es) if self._es else np.zeros(0, np.int64)
+        order = np.lexsort((es, ep))
+        ep, es = ep[order], es[order]
+        sem = None
+        if self.semantics:
+            src_ptr = np.zeros(self.m + 1, np.int64)
+            np.cumsum(cat["n_src"], out=src_ptr[1:])
+            sem = Semantics(dst_buf=cat["dst_buf"].astype(np.int8), dst_off=cat["dst_off"].astype(np.int64),
+                            length=cat["length"].astype(np.int64), src_ptr=src_ptr,
+                            src_buf=cat["src_buf"].astype(np.int8), src_off=cat["src_off"].astype(np.int64))
+        frag = Fragment(kind=self.kind, algorithm=self.algorithm, nbytes=self.nbytes, n=self.n,
+                        task_kind=cat["kind"].astype(np.int8), rank=cat["rank"].astype(np.int32),
+                        peer=cat["peer"].astype(np.int32), stream=cat["stream"].astype(np.int32),
+                        task_nbytes=cat["nbytes"].astype(np.int64), duration_ps=cat["dur"].astype(np.int64),
+                        op=cat["op"].astype(np.int8), edge_src=ep, edge_dst=es, start=np.asarray(start, np.int64),
+                        done=np.asarray(done, np.int64), root=self.root,
+                        buf_bytes=tuple(sorted(self.buf_bytes.items())), sem=sem)
+        for a in (frag.task_kind, frag.rank, frag.peer, frag.stream, frag.task_nbytes, frag.duration_ps, frag.op,
+                  frag.edge_src, frag.edge_dst, frag.start, frag.done):
+            a.flags.writeable = False
+        return frag
+
+
+__all__ = ["BUF_TMP", "FragBuilder", "bounds", "is_pow2"]

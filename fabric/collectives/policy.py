@@ -1,0 +1,62 @@
+"""Algorithm selection: the SD200 library's size tiers, or one fixed algorithm (an unoptimised library).
+
+sd200 (REFERENCE.md s1): AllReduce of M <= oneshot_max_bytes -> oneshot; <= twoshot_max_bytes -> twoshot; larger
+-> ring. AllGather / ReduceScatter: direct up to twoshot_max_bytes, ring above. AllToAll, Broadcast, Send/Recv:
+direct (the only algorithm modelled).
+
+Fixed policies map each kind to its nearest algorithm:
+    policy             allreduce         allgather / reduce_scatter          others
+    oneshot            oneshot           direct                              direct
+    twoshot            twoshot           direct                              direct
+    ring               ring              ring                                direct
+    halving_doubling   halving_doubling  halving_doubling (ring if n is not  direct
+                       (pre/post step    a power of two)
+                       if n is not a
+                       power of two)
+"""
+from __future__ import annotations
+
+from fabric.collectives._frag import is_pow2
+from fabric.errors import ConfigError
+
+KINDS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
+ALGORITHMS = {
+    "allreduce": ("oneshot", "twoshot", "ring", "halving_doubling"),
+    "allgather": ("direct", "ring", "halving_doubling"),
+    "reduce_scatter": ("direct", "ring", "halving_doubling"),
+    "alltoall": ("direct",),
+    "broadcast": ("direct",),
+    "sendrecv": ("direct",),
+}
+
+
+def collectives_config(cfg):
+    """Accept a FabricConfig, a CollectivesConfig, or None (defaults)."""
+    if cfg is None:
+        from fabric.config import CollectivesConfig
+        return CollectivesConfig()
+    return getattr(cfg, "collectives", cfg)
+
+
+def select(kind: str, nbytes: int, n_ranks: int, cfg=None) -> str:
+    """The algorithm the configured library uses for one collective of `nbytes` (fragment size convention) over
+    `n_ranks` ranks."""
+    if kind not in ALGORITHMS:
+        raise ConfigError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
+    cc = collectives_config(cfg)
+    pol = cc.policy
+    if kind == "allreduce":
+        if pol == "sd200":
+            if nbytes <= cc.oneshot_max_bytes:
+                return "oneshot"
+            return "twoshot" if nbytes <= cc.twoshot_max_bytes else "ring"
+        return pol
+    if kind in ("allgather", "reduce_scatter"):
+        if pol == "sd200":
+            return "direct" if nbytes <= cc.twoshot_max_bytes else "ring"
+        if pol in ("oneshot", "twoshot"):
+            return "direct"
+        if pol == "halving_doubling":
+            return "halving_doubling" if is_pow2(n_ranks) else "ring"
+        return pol
+    return "direct"

@@ -1,0 +1,217 @@
+"""Lowering: Trace -> TaskGraph.
+
+    lower(trace, cfg=None, *, semantics=False, stream_order=True, validate=False) -> TaskGraph
+
+- A compute op becomes one COMPUTE task on (rank, stream) with duration_ps = round(duration_ns * 1000) and nbytes
+  = the op's memory bytes.
+- The k-th collective op of every member of a group on that group is one collective instance: the selected
+  algorithm's fragment (fabric.collectives.select / template) stamped over the group's ranks. The fragment starts on
+  rank r after r's predecessors of the op (its start JOIN), and r's successors depend on r's done JOIN: the
+  collective completes per rank when that rank's output is ready.
+- The k-th send a -> b matches the k-th receive on b from a: a two-rank sendrecv fragment.
+- Dependencies: the trace's per-rank dep CSR, plus (stream_order=True) program order on each (rank, stream), as a
+  GPU stream executes its ops in issue order. Repeated edges are merged.
+
+Everything is vectorised over all ranks' ops at once; the Python loop runs once per collective instance, and each
+instance stamps a cached template (key: kind, algorithm, nbytes, group size, root, config), so a 64-rank decode
+step lowers in tens of milliseconds.
+
+Size conventions: the trace's coll_bytes (docs/trace-format.md, fabric/capture/plan.py) is the buffer for
+allreduce/broadcast/send-recv, one rank's chunk for allgather/reduce_scatter and the chunk sent to each peer for
+alltoall. Fragments take whole buffers (nccl-tests: gathered output, whole input, each rank's total send), so
+`fragment_nbytes` multiplies those three by the group size; CollMeta.nbytes is the fragment's size.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fabric import collectives
+from fabric.collectives.policy import collectives_config
+from fabric.errors import TraceError
+from fabric.taskgraph import COMPUTE, GraphBuilder, TaskGraph
+
+KIND_COMPUTE, KIND_COLLECTIVE, KIND_SEND, KIND_RECV = 0, 1, 2, 3
+COLL_NAMES = ("none", "allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
+
+
+def fragment_nbytes(kind: str, coll_bytes: int, n: int) -> int:
+    """The fragment's nbytes for a trace op's coll_bytes (the one place that knows both conventions)."""
+    if kind in ("allgather", "reduce_scatter", "alltoall"):
+        return int(coll_bytes) * int(n)
+    return int(coll_bytes)
+
+
+def _cat(tables, col, dtype=None):
+    arrs = [getattr(t, col) for t in tables]
+    out = np.concatenate(arrs) if arrs else np.zeros(0)
+    return out.astype(dtype, copy=False) if dtype is not None else out
+
+
+def _occurrence(keys: np.ndarray) -> np.ndarray:
+    """For each element, how many earlier elements (in array order) share its key."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    first = np.ones(len(sk), bool)
+    first[1:] = sk[1:] != sk[:-1]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(len(sk)), 0))
+    occ = np.empty(len(keys), np.int64)
+    occ[order] = np.arange(len(sk)) - run_start
+    return occ
+
+
+def _label(trace, r: int, i: int) -> str:
+    t = trace.ops[r]
+    name = str(t.name[i])
+    mod = str(t.module[i]) if hasattr(t, "module") else ""
+    layer = int(t.layer[i]) if hasattr(t, "layer") else -1
+    parts = [name] + ([f"layer {layer}"] if layer >= 0 else []) + ([mod] if mod else [])
+    return " ".join(parts[:1]) + (f" ({', '.join(parts[1:])})" if len(parts) > 1 else "")
+
+
+def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True,
+          validate: bool = False) -> TaskGraph:
+    """Turn `trace` (fabric.trace.Trace or anything with its attributes) into a TaskGraph."""
+    cc = collectives_config(cfg)
+    R = int(trace.n_ranks)
+    tables = list(trace.ops)
+    if len(tables) != R:
+        raise TraceError(f"trace has {len(tables)} op tables for n_ranks={R}")
+    n_ops = np.array([len(t.kind) for t in tables], np.int64)
+    off = np.zeros(R + 1, np.int64)
+    np.cumsum(n_ops, out=off[1:])
+    G = int(off[-1])
+    kind = _cat(tables, "kind", np.int8)
+    stream = _cat(tables, "stream", np.int32)
+    op_rank = np.repeat(np.arange(R, dtype=np.int64), n_ops)
+    op_local = np.arange(G, dtype=np.int64) - off[op_rank]
+    entry = np.full(G, -1, np.int64)
+    exit_ = np.full(G, -1, np.int64)
+    b = GraphBuilder(R, semantics=semantics)
+
+    # ---- compute ops
+    comp = np.flatnonzero(kind == KIND_COMPUTE)
+    if len(comp):
+        dur = _cat(tables, "duration_ns", np.float64)[comp]
+        nby = _cat(tables, "bytes", np.float64)[comp]
+        ids = b.add_tasks(COMPUTE, op_rank[comp], stream=stream[comp], duration_ps=np.rint(dur * 1000.0),
+                          nbytes=np.rint(nby), src_op=op_local[comp], count=len(comp))
+        entry[comp] = ids
+        exit_[comp] = ids
+
+    coll_kind = _cat(tables, "coll_kind", np.int8)
+    coll_bytes = _cat(tables, "coll_bytes", np.int64)
+    group = _cat(tables, "group", np.int32)
+    peer = _cat(tables, "peer", np.int32)
+
+    # ---- collectives: the k-th op of each member on a group is one instance
+    cidx = np.flatnonzero(kind == KIND_COLLECTIVE)
+    if len(cidx):
+        groups = [np.asarray(g, np.int64) for g in trace.groups]
+        ng = len(groups)
+        grp = group[cidx].astype(np.int64)
+        rk = op_rank[cidx]
+        bad = (grp < 0) | (grp >= ng)
+        if np.any(bad):
+            j = cidx[np.flatnonzero(bad)[0]]
+            raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: unknown group {group[j]} ({ng} groups)")
+        gpos = np.full((ng, R), -1, np.int64)
+        for g, mem in enumerate(groups):
+            gpos[g, mem] = np.arange(len(mem))
+        lp = gpos[grp, rk]
+        if np.any(lp < 0):
+            j = cidx[np.flatnonzero(lp < 0)[0]]
+            raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: rank is not a member of group {group[j]}")
+        occ = _occurrence(grp * R + rk)
+        for g, mem in enumerate(groups):
+            sel = np.flatnonzero(grp == g)
+            if not len(sel):
+                continue
+            per = np.bincount(lp[sel], minlength=len(mem))
+            K = int(per.max())
+            if np.any(per != K):
+                r = int(mem[np.flatnonzero(per != K)[0]])
+                raise TraceError(f"group {g}: rank {r} issues {int(per[gpos[g, r]])} collectives on it, rank "
+                                 f"{int(mem[np.argmax(per)])} issues {K}")
+            mat = np.empty((K, len(mem)), np.int64)
+            mat[occ[sel], lp[sel]] = cidx[sel]
+            ck, cb = coll_kind[mat], coll_bytes[mat]
+            mism = (ck != ck[:, :1]) | (cb != cb[:, :1])
+            if np.any(mism):
+                k, p = np.argwhere(mism)[0]
+                j0, j = mat[k, 0], mat[k, p]
+                raise TraceError(f"group {g}: collective #{k} does not match: rank {mem[0]} op {op_local[j0]} is "
+                                 f"{COLL_NAMES[ck[k, 0]]} {cb[k, 0]} B, rank {mem[p]} op {op_local[j]} is "
+                                 f"{COLL_NAMES[ck[k, p]]} {cb[k, p]} B")
+            n = len(mem)
+            batches: dict = {}  # one stamping call per (template, group)
+            for k in range(K):
+                row = mat[k]
+                kname = COLL_NAMES[int(ck[k, 0])] if 0 <= ck[k, 0] < len(COLL_NAMES) else "?"
+                if kname not in ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast"):
+                    raise TraceError(f"group {g}: rank {mem[0]} op {op_local[row[0]]} is a collective of unknown "
+                                     f"kind {int(ck[k, 0])}")
+                nb = fragment_nbytes(kname, int(cb[k, 0]), n)
+                root = 0
+                if kname == "broadcast":
+                    pr = int(peer[row[0]])
+                    root = int(gpos[g, pr]) if 0 <= pr < R and gpos[g, pr] >= 0 else 0
+                alg = collectives.select(kname, nb, n, cc)
+                frag = collectives.template(kname, alg, nb, n, cc, root=root, semantics=semantics)
+                batches.setdefault(id(frag), (frag, []))[1].append(k)
+            for frag, ks in batches.values():
+                rows = mat[ks]
+                labels = [_label(trace, int(mem[0]), int(op_local[r0])) for r0 in rows[:, 0]]
+                start, done, _ = b.add_fragments(frag, np.broadcast_to(mem, rows.shape), streams=stream[rows],
+                                                 labels=labels)
+                entry[rows] = start
+                exit_[rows] = done
+
+    # ---- point to point: k-th send a->b matches the k-th recv on b from a
+    snd = np.flatnonzero(kind == KIND_SEND)
+    rcv = np.flatnonzero(kind == KIND_RECV)
+    if len(snd) or len(rcv):
+        skey = op_rank[snd] * R + peer[snd]
+        rkey = peer[rcv].astype(np.int64) * R + op_rank[rcv]
+        so = np.lexsort((_occurrence(skey), skey))
+        ro = np.lexsort((_occurrence(rkey), rkey))
+        if len(so) != len(ro) or np.any(skey[so] != rkey[ro]):
+            raise TraceError(f"sends and receives do not pair up ({len(snd)} sends, {len(rcv)} receives; every send "
+                             f"a->b needs a receive on b from a, in order)")
+        s_ops, r_ops = snd[so], rcv[ro]
+        if np.any(coll_bytes[s_ops] != coll_bytes[r_ops]):
+            j = np.flatnonzero(coll_bytes[s_ops] != coll_bytes[r_ops])[0]
+            raise TraceError(f"rank {op_rank[s_ops[j]]} op {op_local[s_ops[j]]} sends {coll_bytes[s_ops[j]]} B but "
+                             f"rank {op_rank[r_ops[j]]} op {op_local[r_ops[j]]} receives {coll_bytes[r_ops[j]]} B")
+        nbs = coll_bytes[s_ops]
+        for nb in np.unique(nbs).tolist():
+            sel = np.flatnonzero(nbs == nb)
+            frag = collectives.template("sendrecv", "direct", int(nb), 2, cc, semantics=semantics)
+            pair = np.stack([s_ops[sel], r_ops[sel]], axis=1)
+            labels = [_label(trace, int(op_rank[a]), int(op_local[a])) for a in s_ops[sel]]
+            start, done, _ = b.add_fragments(frag, op_rank[pair], streams=stream[pair], labels=labels)
+            entry[pair] = start
+            exit_[pair] = done
+
+    if np.any(entry < 0):
+        j = int(np.flatnonzero(entry < 0)[0])
+        raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: unknown op kind {int(kind[j])}")
+
+    # ---- dependencies between ops
+    dep_cnt = np.concatenate([np.diff(t.dep_ptr) for t in tables]) if tables else np.zeros(0, np.int64)
+    dep_idx = _cat(tables, "dep_idx", np.int64)
+    succ = np.repeat(np.arange(G, dtype=np.int64), dep_cnt)
+    if len(dep_idx) and (np.any(dep_idx < 0) or np.any(dep_idx >= n_ops[op_rank[succ]])):
+        j = int(succ[np.flatnonzero((dep_idx < 0) | (dep_idx >= n_ops[op_rank[succ]]))[0]])
+        raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: a dependency names an op outside the rank's table")
+    pred = dep_idx + off[op_rank[succ]]
+    if stream_order and G:
+        o = np.lexsort((np.arange(G), stream, op_rank))
+        same = (op_rank[o[1:]] == op_rank[o[:-1]]) & (stream[o[1:]] == stream[o[:-1]])
+        pred = np.concatenate([pred, o[:-1][same]])
+        succ = np.concatenate([succ, o[1:][same]])
+    if len(pred):
+        key = np.sort(pred * G + succ)
+        key = key[np.r_[True, key[1:] != key[:-1]]]
+        pred, succ = key // G, key % G
+        b.add_edges(exit_[pred], entry[succ])
+    return b.build(validate=validate)

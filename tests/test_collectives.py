@@ -1,0 +1,152 @@
+"""Collective fragments: selection policy, transfer counts and bytes against the alpha-beta model, flags, costs."""
+import numpy as np
+import pytest
+
+from fabric import collectives
+from fabric.collectives import ALGORITHMS, cost_model, select
+from fabric.config import CollectivesConfig, load_config
+from fabric.errors import ConfigError
+from fabric.taskgraph import COMPUTE, REDUCE, TRANSFER
+
+CC = CollectivesConfig()
+
+
+def test_sd200_policy_tiers():
+    cc = CC
+    assert select("allreduce", 4096, 64, cc) == "oneshot"
+    assert select("allreduce", cc.oneshot_max_bytes, 64, cc) == "oneshot"
+    assert select("allreduce", 14336, 64, cc) == "twoshot"  # the DeepSeek-R1 decode AllReduce: medium tier
+    assert select("allreduce", cc.twoshot_max_bytes, 64, cc) == "twoshot"
+    assert select("allreduce", cc.twoshot_max_bytes + 1, 64, cc) == "ring"
+    assert select("allgather", 4040 * 64, 64, cc) == "direct"
+    assert select("reduce_scatter", 1 << 30, 64, cc) == "ring"
+    assert select("alltoall", 1 << 30, 64, cc) == "direct"
+    with pytest.raises(ConfigError, match="unknown collective"):
+        select("allmagic", 1, 2, cc)
+
+
+@pytest.mark.parametrize("policy", ["oneshot", "twoshot", "ring", "halving_doubling"])
+def test_fixed_policies_via_set(policy):
+    cfg = load_config(overrides={"collectives.policy": policy})
+    for nbytes in (64, 14336, 1 << 26):
+        assert select("allreduce", nbytes, 64, cfg) == policy
+    ag = select("allgather", 14336, 12, cfg)
+    assert ag == {"oneshot": "direct", "twoshot": "direct", "ring": "ring", "halving_doubling": "ring"}[policy]
+    assert select("allgather", 14336, 16, cfg) in ALGORITHMS["allgather"]
+
+
+def test_unoptimised_library_knobs_are_config():
+    cfg = load_config(overrides={"collectives.policy": "ring", "collectives.launch_ns": "6600",
+                                 "collectives.step_ns": "600", "collectives.entry_barrier": "true"})
+    assert cfg.collectives.entry_barrier is True and cfg.collectives.step_ns == 600.0
+    with pytest.raises(ConfigError):
+        load_config(overrides={"collectives.reduce_gbps": "0"})
+
+
+def data_transfers(frag):
+    """Data transfers (not flags) and their payload bytes."""
+    data = (frag.task_kind == TRANSFER) & (frag.sem.dst_buf >= 0)
+    return data, frag.sem.length[data]
+
+
+def transfer_depth(frag):
+    """Longest chain of data transfers through the fragment."""
+    g = frag.to_graph()
+    is_data = ((g.kind == TRANSFER) | (g.kind == 3)) & (g.sem.dst_buf >= 0)
+    depth = np.zeros(g.n_tasks, np.int64)
+    for t in g.topo_order():
+        d = depth[t] + (1 if is_data[t] else 0)
+        depth[t] = d
+        s = g.successors(t)
+        depth[s] = np.maximum(depth[s], d)
+    return int(depth.max())
+
+
+CASES = [(k, a) for k, algs in ALGORITHMS.items() for a in algs]
+
+
+@pytest.mark.parametrize("kind, alg", CASES)
+@pytest.mark.parametrize("n", [2, 5, 8])
+@pytest.mark.parametrize("nbytes", [14336, 1001])
+def test_bytes_and_steps_match_cost_model(kind, alg, n, nbytes):
+    if kind == "sendrecv":
+        n = 2
+    if alg == "halving_doubling" and kind != "allreduce" and n & (n - 1):
+        with pytest.raises(ValueError, match="power-of-two"):
+            collectives.build(kind, alg, nbytes, n)
+        return
+    frag = collectives.build(kind, alg, nbytes, n)
+    c = cost_model(kind, alg, nbytes, n, alpha_ns=700.0, beta_ns_per_byte=1 / 64)
+    data, length = data_transfers(frag)
+    assert length.sum() == c.bytes_total  # exact: every algorithm moves exactly its textbook volume
+    sent = np.bincount(frag.rank[data], weights=length, minlength=n)
+    assert sent.max() <= np.ceil(c.bytes_max) + n  # uneven chunks differ by at most a byte per chunk
+    assert transfer_depth(frag) == c.steps
+    # folded flags: every data transfer carries flag_bytes more than its payload, nothing else is sent
+    assert (frag.task_nbytes[data] == length + CC.flag_bytes).all()
+    assert data.sum() == (frag.task_kind == TRANSFER).sum()
+    assert c.time_ns == pytest.approx(c.alpha_count * 700.0 + c.bytes_max / 64)
+
+
+def test_textbook_volumes_one_shot_vs_two_shot_vs_ring():
+    n, M = 64, 14336
+    one = cost_model("allreduce", "oneshot", M, n, 1, 1)
+    two = cost_model("allreduce", "twoshot", M, n, 1, 1)
+    ring = cost_model("allreduce", "ring", M, n, 1, 1)
+    assert one.bytes_max == (n - 1) * M
+    assert two.bytes_max == ring.bytes_max == 2 * (n - 1) * M / n
+    assert (one.steps, two.steps, ring.steps) == (1, 2, 2 * (n - 1))
+    assert (one.alpha_count, two.alpha_count) == (2, 3)
+
+
+def test_separate_flags_and_entry_barrier_counts():
+    n, M = 6, 6000
+    base = collectives.build("allreduce", "twoshot", M, n)
+    xf = (base.task_kind == TRANSFER).sum()
+    assert xf == 2 * n * (n - 1)
+    sep = collectives.build("allreduce", "twoshot", M, n, CollectivesConfig(fold_flags=False))
+    is_flag = (sep.task_kind == TRANSFER) & (sep.sem.dst_buf < 0)
+    assert is_flag.sum() == xf and (sep.task_nbytes[is_flag] == 8).all()
+    bar = collectives.build("allreduce", "ring", M, n, CollectivesConfig(entry_barrier=True))
+    flags = (bar.task_kind == TRANSFER) & (bar.sem.dst_buf < 0)
+    assert flags.sum() == n  # ring: each rank only hears from its left neighbour
+    assert set(zip(bar.rank[flags].tolist(), bar.peer[flags].tolist())) == {((r + 1) % n, r) for r in range(n)}
+
+
+def test_reduce_and_overhead_durations():
+    cc = CollectivesConfig(reduce_gbps=1000.0, reduce_kernel_ns=300.0, step_ns=100.0, launch_ns=1000.0)
+    n, M = 4, 4000
+    f = collectives.build("allreduce", "oneshot", M, n, cc)
+    red = f.task_kind == REDUCE
+    assert red.sum() == n
+    # n operands read + 1 written, at 1000 GB/s = 1 B/ps, plus the kernel cost
+    assert (f.task_nbytes[red] == (n + 1) * M).all()
+    assert (f.duration_ps[red] == (n + 1) * M + 300_000).all()
+    comp = f.task_kind == COMPUTE
+    assert sorted(set(f.duration_ps[comp].tolist())) == [100_000, 1_000_000]  # one wait + one launch per rank
+    assert comp.sum() == 2 * n and (f.stream[comp | red] == 0).all()
+    r = collectives.build("allreduce", "ring", M, n, cc)
+    assert ((r.task_kind == COMPUTE) & (r.duration_ps == 100_000)).sum() == 2 * (n - 1) * n
+    z = collectives.build("allreduce", "ring", M, n, CollectivesConfig(step_ns=0, launch_ns=0))
+    assert (z.task_kind != COMPUTE).all()
+
+
+def test_structure_start_done_and_group_of_one():
+    f = collectives.build("allgather", "ring", 4096, 5)
+    g = f.to_graph()
+    assert (g.n_deps[f.start] == 0).all()
+    assert all(len(g.successors(d)) == 0 for d in f.done)
+    one = collectives.build("allreduce", "ring", 100, 1)
+    assert (one.task_kind != TRANSFER).all()
+    from fabric.collectives.symbolic import check
+    check(one.to_graph())
+
+
+def test_halving_doubling_non_power_of_two_uses_pre_and_post_steps():
+    n, M = 6, 600
+    f = collectives.build("allreduce", "halving_doubling", M, n)
+    data, length = data_transfers(f)
+    full = length == M
+    # ranks 4, 5 push their whole input to 0, 1 and get the whole result back
+    assert sorted(zip(f.rank[data][full].tolist(), f.peer[data][full].tolist())) == [(0, 4), (1, 5), (4, 0),
+                                                                                      (5, 1)]

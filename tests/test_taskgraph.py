@@ -1,0 +1,106 @@
+"""TaskGraph / GraphBuilder: contract arrays, CSR, validation, fragment stamping."""
+import numpy as np
+import pytest
+
+from fabric import collectives
+from fabric.config import CollectivesConfig
+from fabric.taskgraph import (
+    COMPUTE,
+    JOIN,
+    TRANSFER,
+    GraphBuilder,
+    GraphError,
+    TaskGraph,
+)
+
+
+def chain_graph():
+    b = GraphBuilder(2)
+    t = b.add_tasks(COMPUTE, [0, 0, 1], stream=0, duration_ps=[10, 20, 30])
+    x = b.add_tasks(TRANSFER, 0, peer=1, nbytes=64)
+    b.add_edges(t[0], t[1])
+    b.add_edges([t[1], t[1]], [x[0], t[2]])
+    b.add_edges(x, t[2])
+    return b.build(validate=True)
+
+
+def test_contract_dtypes_and_csr():
+    g = chain_graph()
+    assert g.n_tasks == 4 and g.n_edges == 4
+    for name, dt in {"kind": np.int8, "rank": np.int32, "peer": np.int32, "stream": np.int32, "nbytes": np.int64,
+                     "duration_ps": np.int64, "op": np.int8, "coll": np.int32, "succ_ptr": np.int64,
+                     "succ_idx": np.int32, "n_deps": np.int32}.items():
+        assert getattr(g, name).dtype == dt, name
+    assert sorted(g.successors(1).tolist()) == [2, 3]
+    assert g.n_deps.tolist() == [0, 1, 2, 1]
+    pred, succ = g.edges()
+    assert sorted(zip(pred.tolist(), succ.tolist())) == [(0, 1), (1, 2), (1, 3), (3, 2)]
+    ptr, idx = g.predecessors_csr()
+    assert sorted(idx[ptr[2]:ptr[3]].tolist()) == [1, 3]
+    assert g.topo_levels().tolist() == [0, 1, 3, 2]
+    order = g.topo_order().tolist()
+    assert order.index(3) < order.index(2)
+
+
+def test_cycle_is_rejected():
+    b = GraphBuilder(1)
+    t = b.add_tasks(JOIN, [0, 0, 0])
+    b.add_edges(t, np.roll(t, 1))
+    with pytest.raises(GraphError, match="cycle"):
+        b.build(validate=True)
+
+
+@pytest.mark.parametrize("mutate, msg", [
+    ({"rank": 5}, "rank outside"),
+    ({"peer": 0}, "valid peer"),
+    ({"nbytes": 0}, "no bytes"),
+])
+def test_validate_ranges(mutate, msg):
+    b = GraphBuilder(2)
+    args = {"rank": 0, "peer": 1, "nbytes": 8}
+    args.update(mutate)
+    b.add_tasks(TRANSFER, args.pop("rank"), **args)
+    with pytest.raises(GraphError, match=msg):
+        b.build(validate=True)
+
+
+def test_bad_edge_and_n_deps():
+    b = GraphBuilder(1)
+    b.add_tasks(JOIN, 0)
+    b.add_edges(0, 3)
+    with pytest.raises(GraphError, match="outside"):
+        b.build()
+    g = chain_graph()
+    bad = TaskGraph(**{**g.__dict__, "n_deps": np.zeros(4, np.int32)})
+    with pytest.raises(GraphError, match="n_deps"):
+        bad.validate()
+
+
+def test_fragments_are_offset_and_relabelled():
+    frag = collectives.build("allreduce", "twoshot", 1024, 4, semantics=False)
+    b = GraphBuilder(8)
+    b.add_tasks(JOIN, 0, count=5)
+    ranks = np.array([[7, 5, 3, 1], [0, 2, 4, 6]])
+    start, done, cids = b.add_fragments(frag, ranks, streams=[[2, 2, 2, 2], [1, 1, 1, 1]], labels=["a", "b"])
+    g = b.build(validate=True)
+    nt = frag.n_tasks
+    assert g.n_tasks == 5 + 2 * nt
+    assert cids.tolist() == [0, 1] and [m.label for m in g.coll_meta] == ["a", "b"]
+    assert g.coll_meta[0].ranks == (7, 5, 3, 1)
+    assert (start[0] == frag.start + 5).all() and (done[1] == frag.done + 5 + nt).all()
+    second = slice(5 + nt, 5 + 2 * nt)
+    assert np.array_equal(g.rank[second], ranks[1][frag.rank])
+    xf = g.kind[second] == TRANSFER
+    assert np.array_equal(g.peer[second][xf], ranks[1][frag.peer[xf]])
+    assert set(g.stream[second][g.stream[second] >= 0].tolist()) == {1}
+    assert (g.coll[:5] == -1).all() and (g.coll[second] == 1).all()
+    assert g.rank[start[0][0]] == 7 and g.rank[done[1][3]] == 6
+
+
+def test_fragment_templates_are_cached_and_read_only():
+    cc = CollectivesConfig()
+    a = collectives.template("allreduce", "ring", 4096, 8, cc)
+    assert collectives.template("allreduce", "ring", 4096, 8, cc) is a
+    assert collectives.template("allreduce", "ring", 4096, 8, CollectivesConfig(step_ns=0)) is not a
+    with pytest.raises(ValueError):
+        a.rank[0] = 3
