@@ -94,7 +94,7 @@ def _progress_printer(total_tasks: int, quiet: bool):
     shown = [False]
 
     def show(events, now_ps, tasks_left):
-        if quiet or time.perf_counter() - t0 < 1.0:
+        if quiet or not sys.stderr.isatty() or time.perf_counter() - t0 < 1.0:
             return
         done = 1.0 - tasks_left / max(total_tasks, 1)
         bar = "#" * int(30 * done)

@@ -24,7 +24,7 @@ def render(r: dict) -> str:
         f"  links                max util {100 * k['max_utilisation']:.2f} % ({k['max_utilisation_channel']}), "
         f"mean {100 * k['mean_utilisation']:.3f} % over {k['channels']} channels",
         f"                       {k['retransmissions']} retransmissions, {k['replays']} replays, "
-        f"{k['retrains']} retrains, {k['credit_stall_us']:.2f} us credit stall",
+        f"{k['retrains']} retrains, {k['credit_stall_us']:.2f} us credit stall (all channels)",
         f"  packets              {r['packets_delivered']} delivered, {r['packets_dropped']} dropped, "
         f"{r['packets_duplicated']} duplicated",
         f"  events               {r['events']} in {r['wall_s']:.2f} s wall (+{r['lower_s']:.2f} s lowering)",
