@@ -3,7 +3,7 @@
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset
 from libc.math cimport log, log1p, expm1, ceil
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t, INT64_MAX
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t, INT64_MAX
 cimport numpy as cnp
 import numpy as np
 
@@ -65,6 +65,9 @@ cdef inline double c_uniform(uint64_t* s) noexcept nogil:
 
 
 # ================================================================== event heap ordered by (time, order)
+# A 4-ary implicit heap of 32-byte events: half the levels of a binary heap, and the four children of a node sit
+# in two adjacent cache lines. (time, order) is a total order (order is unique), so the pop sequence is exactly
+# that of any other correct priority queue: the heap's shape never shows in the results.
 cdef struct HeapC:
     EventC* ev
     int64_t n
@@ -72,7 +75,13 @@ cdef struct HeapC:
     int64_t order
 
 cdef inline bint ev_before(EventC* a, EventC* b) noexcept nogil:
-    return a.time < b.time or (a.time == b.time and a.order < b.order)
+    return a.time < b.time or (a.time == b.time and a.key < b.key)
+
+cdef inline int ev_type(EventC* e) noexcept nogil:
+    return <int>(e.key & 0xff)
+
+cdef inline int16_t ev_flag(EventC* e) noexcept nogil:
+    return <int16_t>((e.key >> 8) & 0xffff)
 
 cdef int c_push(HeapC* h, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y, int16_t flag) except -1 nogil:
     cdef EventC* grown
@@ -85,12 +94,14 @@ cdef int c_push(HeapC* h, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y,
                 raise MemoryError("event heap")
         h.ev = grown
         h.cap *= 2
-    e.time = t; e.order = h.order; e.y = y; e.ch = ch; e.x = x; e.type = typ; e.flag = flag
+    e.time = t
+    e.key = ((<uint64_t>h.order) << 24) | ((<uint64_t>(<uint16_t>flag)) << 8) | <uint64_t>(<uint8_t>typ)
+    e.y = y; e.ch = ch; e.x = x
     h.order += 1
     i = h.n
     h.n += 1
     while i > 0:
-        p = (i - 1) >> 1
+        p = (i - 1) >> 2
         if not ev_before(&e, &h.ev[p]):
             break
         h.ev[i] = h.ev[p]
@@ -99,25 +110,29 @@ cdef int c_push(HeapC* h, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y,
     return 0
 
 cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
-    cdef int64_t i = 0, c, n
+    cdef int64_t i = 0, c, m, j, end, n
+    cdef EventC* ev = h.ev
     cdef EventC last
-    out[0] = h.ev[0]
+    out[0] = ev[0]
     h.n -= 1
     n = h.n
     if n == 0:
         return
-    last = h.ev[n]
+    last = ev[n]
     while True:
-        c = 2 * i + 1
+        c = 4 * i + 1
         if c >= n:
             break
-        if c + 1 < n and ev_before(&h.ev[c + 1], &h.ev[c]):
-            c += 1
-        if not ev_before(&h.ev[c], &last):
+        m = c
+        end = c + 4 if c + 4 <= n else n
+        for j in range(c + 1, end):
+            if ev_before(&ev[j], &ev[m]):
+                m = j
+        if not ev_before(&ev[m], &last):
             break
-        h.ev[i] = h.ev[c]
-        i = c
-    h.ev[i] = last
+        ev[i] = ev[m]
+        i = m
+    ev[i] = last
 
 
 # ================================================================== the whole simulation state
@@ -559,7 +574,8 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             p = pkt_alloc(s)
             pk = &s.pk[p]
             pk.xfer = x; pk.fseq = xf.fseq_next; pk.payload_B = payload; pk.covers_B = covers
-            pk.tlp_B = tlp; pk.flits = flits; pk.path = xf.path; pk.in_ch = -1; pk.hop = 0
+            pk.tlp_B = tlp; pk.flits = flits; pk.in_ch = -1; pk.hop = 0
+            pk.path_at = s.path_ptr[xf.path]; pk.path_n = <int16_t>path_len(s, xf.path); pk.cls = xf.cls
             pk.kind = PK_READ_REQ if xf.kind == 1 else PK_DATA
             pk.tail_ps = 0
             pk.offset_B = xf.carved_B
@@ -634,7 +650,7 @@ cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
     cdef int32_t n, i
     cdef int64_t lim
     cdef ReplayC* r
-    if e.flag != s.epoch[ch]:
+    if ev_flag(e) != s.epoch[ch]:
         s.s_ctrl_lost[ch] += 1
         return 0
     if kind == C_UPDATEFC:
@@ -674,7 +690,7 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
     cdef ps_t tail = s.now + (e.y >> 33)
     cdef int32_t d, node, p
     cdef PacketC* pk
-    if e.flag != s.epoch[ch]:                  # lost in a retrain
+    if ev_flag(e) != s.epoch[ch]:              # lost in a retrain
         return 0
     if bad:
         s.s_corrupt[ch] += 1
@@ -704,16 +720,15 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
     pk.tail_ps = tail
     pk.hop += 1
     node = s.ch_dst[ch]
-    if pk.hop >= path_len(s, pk.path):
+    if pk.hop >= pk.path_n:
         return c_push(&s.heap, tail, EV_DELIVER, ch, p, 0, 0)
     return c_push(&s.heap, s.now + s.node_lat[node], EV_ENQUEUE, ch, p, 0, 0)
 
 
 cdef int on_enqueue(SimC* s, int32_t p) except -1 nogil:
     cdef PacketC* pk = &s.pk[p]
-    cdef XferC* xf = &s.xf[pk.xfer]
-    cdef int32_t out = path_hop_ch(s, pk.path, pk.hop)
-    cdef int32_t vc = path_hop_vc(s, pk.path, pk.hop, xf.cls)
+    cdef int32_t out = s.path_ch[pk.path_at + pk.hop]
+    cdef int32_t vc = pk.cls * s.levels + s.path_vcl[pk.path_at + pk.hop]      # = path_hop_vc
     cdef int64_t qi = s.q_base[out] + vc * s.n_slots[s.ch_src[out]] + s.ch_slot[pk.in_ch]
     pk.next = -1
     if s.q_tail[qi] >= 0:
@@ -808,8 +823,9 @@ cdef inline int32_t choose_path(SimC* s, int32_t src, int32_t dst, int32_t flow)
 
 
 cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, bint occupy) noexcept nogil:
-    """Alpha-beta over the route: latencies + pipelined serialisation on the slowest hop + port occupancy."""
-    cdef int32_t h, n = path_len(s, p), ch, first_ch = path_hop_ch(s, p, 0), last_ch
+    """Alpha-beta over the route: latencies + pipelined serialisation on the slowest hop, queued behind earlier
+    transfers on the source port (injection is where a rank's own transfers contend; the network is not modelled)."""
+    cdef int32_t h, n = path_len(s, p), ch, first_ch = path_hop_ch(s, p, 0)
     cdef double worst = 0.0
     cdef ps_t lat = 0, pkt_ser, ser, t, f
     cdef int64_t tlp = nbytes + <int64_t>npk * s.hdr_B
@@ -820,7 +836,6 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
             lat += s.node_lat[s.ch_dst[ch]]
         if s.ps_per_tlpB[ch] > worst:
             worst = s.ps_per_tlpB[ch]
-    last_ch = path_hop_ch(s, p, n - 1)
     ser = <ps_t>(tlp * worst + 0.5)
     pkt_ser = <ps_t>(min(<int64_t>s.maxp_B + s.hdr_B, tlp) * worst + 0.5)
     f = s.flit_ps[first_ch]
@@ -829,12 +844,7 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
         t = s.an_free[first_ch]
     if occupy:
         s.an_free[first_ch] = t + ser
-    t = t + lat + ser + (n - 1) * (pkt_ser if pkt_ser < f else f)
-    if occupy and n > 1:
-        if s.an_free[last_ch] + ser > t:
-            t = s.an_free[last_ch] + ser
-        s.an_free[last_ch] = t
-    return t
+    return t + lat + ser + (n - 1) * (pkt_ser if pkt_ser < f else f)
 
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
@@ -926,7 +936,7 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
     cdef EventC e
     cdef int32_t ch
     cdef int64_t budget_end = s.events + max_events
-    cdef int vc
+    cdef int vc, typ
     while s.heap.n > 0:
         if s.events >= budget_end or s.heap.ev[0].time > until_ps:
             outcome[0] = R_PAUSED
@@ -939,54 +949,55 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
         s.now = e.time
         s.events += 1
         ch = e.ch
-        if e.type == EV_PKT_ARRIVE:
+        typ = ev_type(&e)
+        if typ == EV_PKT_ARRIVE:
             on_arrive(s, &e)
-        elif e.type == EV_TX_DONE:
+        elif typ == EV_TX_DONE:
             s.tx_busy[ch] = 0
             if s.tx_free_ch[ch] >= 0:
                 free_buffer(s, s.tx_free_ch[ch], s.tx_free_vc[ch], s.tx_free_flits[ch])
                 s.tx_free_ch[ch] = -1
             try_send(s, ch)
-        elif e.type == EV_CTRL_ARRIVE:
+        elif typ == EV_CTRL_ARRIVE:
             on_ctrl(s, &e)
-        elif e.type == EV_ENQUEUE:
+        elif typ == EV_ENQUEUE:
             on_enqueue(s, e.x)
-        elif e.type == EV_DELIVER:
+        elif typ == EV_DELIVER:
             on_deliver(s, &e)
-        elif e.type == EV_TASK_DONE:
+        elif typ == EV_TASK_DONE:
             complete_task(s, e.x)
-        elif e.type == EV_XFER_INJECT:
+        elif typ == EV_XFER_INJECT:
             on_inject(s, e.x)
-        elif e.type == EV_ACK_TIMER:
+        elif typ == EV_ACK_TIMER:
             if s.ack_armed[ch] and e.y == s.ack_gen[ch]:
                 s.ack_armed[ch] = 0
                 if s.ack_pending[ch] > 0:
                     send_ack(s, ch)
-        elif e.type == EV_REPLAY_TIMER:
+        elif typ == EV_REPLAY_TIMER:
             if s.rt_armed[ch] and e.y == s.rt_gen[ch]:
                 s.rt_armed[ch] = 0
                 if s.r_count[ch] > 0 and s.down_until[ch] <= s.now:
                     start_replay(s, ch, True)
-        elif e.type == EV_CREDIT_TIMER:
+        elif typ == EV_CREDIT_TIMER:
             if s.cr_armed[ch] and e.y == s.cr_gen[ch]:
                 s.cr_armed[ch] = 0
                 for vc in range(s.nvc):
                     if s.freed[cv(s, ch, vc)] != s.freed_sent[cv(s, ch, vc)]:
                         send_update(s, ch, vc)
-        elif e.type == EV_REFRESH:
+        elif typ == EV_REFRESH:
             # periodic UpdateFC; skipped (and not re-armed) when it could not change the sender's view
             s.refresh_armed[ch] = 0
             for vc in range(s.nvc):
                 if s.cr_limit[cv(s, ch, vc)] < s.freed[cv(s, ch, vc)] + s.pool_flits:
                     send_update(s, ch, vc)
-        elif e.type == EV_RETRAIN_DONE:
+        elif typ == EV_RETRAIN_DONE:
             for vc in range(2):
                 ch = e.ch if vc == 0 else s.ch_rev[e.ch]
                 if s.down_until[ch] <= s.now:
                     if s.r_count[ch] > 0:
                         arm_replay_timer(s, ch)
                     try_send(s, ch)
-        elif e.type == EV_FORCE_RETRAIN:
+        elif typ == EV_FORCE_RETRAIN:
             retrain(s, ch)
     outcome[0] = R_DONE
     return 0
@@ -1018,7 +1029,7 @@ cdef class Engine:
 
     # ---- array plumbing: keep a contiguous copy alive and hand its pointer to C
     cdef void* _arr(self, str name, object values, object dtype):
-        a = np.ascontiguousarray(values, dtype=dtype)
+        a = np.array(values, dtype=dtype, order="C", copy=True)   # the kernel writes into some: never alias
         if a.size == 0:
             a = np.zeros(1, dtype=dtype)
         self._keep[name] = a
@@ -1264,10 +1275,10 @@ cdef class Engine:
         if not self._started:
             self._started = True
             self._install_faults()
-            for t in range(s.n_tasks):
-                if s.t_deps[t] == 0:
-                    start_task(s, t)
-                    drain(s)
+            roots = np.flatnonzero(self._keep["t_deps"] == 0).astype(np.int32)   # before any completes
+            for t in roots:
+                start_task(s, t)
+                drain(s)
         with nogil:
             c_run(s, max_events, until_ps, &outcome)
         return outcome

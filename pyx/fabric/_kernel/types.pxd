@@ -21,35 +21,37 @@ cdef enum EventType:
     EV_TASK_DONE = 11      # task x finished (compute, reduce, transfer completion)
     EV_XFER_INJECT = 12    # transfer x is issued at its source port
 
-cdef struct EventC:
+cdef struct EventC:            # 32 B: two per cache line, four siblings of the 4-ary heap in two lines
     ps_t time                  # when it fires
-    int64_t order              # per-engine sequence number: deterministic ties
+    uint64_t key               # order << 24 | (uint16)flag << 8 | type: one word orders ties, carries both
     int64_t y                  # payload (sequence number, credit count, generation ...)
     int32_t ch                 # channel it concerns
     int32_t x                  # payload (packet, task, transfer, message kind)
-    int16_t type               # EventType
-    int16_t flag               # link epoch for messages in flight
+# key fields: order = per-engine sequence number (deterministic ties; 40 bits, 10^12 events), flag = link epoch
+# for messages in flight (int16), type = EventType (8 bits). Comparing (time, key) is comparing (time, order).
 
 # ------------------------------------------------------------------ packets
 cdef enum PacketKind:
     PK_DATA = 0                # store data or read completion
     PK_READ_REQ = 1            # read request (header only)
 
-cdef struct PacketC:
+cdef struct PacketC:           # 64 B: one cache line; the route and class are copied in so a hop touches no XferC
     ps_t tail_ps               # time its tail reached the current node (cut-through bound)
     int64_t offset_B           # where its bytes sit in the transfer
+    int64_t path_at            # its source route: path_ch[path_at : path_at + path_n] (path_ptr[path])
     int32_t xfer               # transfer (flow) it belongs to
     int32_t fseq               # position in its flow, to check order at delivery
     int32_t payload_B          # payload bytes carried
     int32_t covers_B           # bytes of data a read request asks for (0 for data)
     int32_t tlp_B              # header + payload bytes
     int32_t flits              # buffer slots it occupies (credit cost)
-    int32_t path               # source route
     int32_t in_ch              # channel it arrived on (-1 when injected)
     int32_t next               # intrusive link: queue or free list
     int16_t hop                # index in its path of the channel it is on
+    int16_t path_n             # hops in its route
     int8_t vc                  # VC on in_ch
     int8_t kind                # PacketKind
+    int8_t cls                 # traffic class of its transfer (0 request, 1 response)
 
 # ------------------------------------------------------------------ transfers (flows)
 cdef struct XferC:

@@ -1,0 +1,103 @@
+"""Replay end to end: report contents, zero drops, the critical-path identity, engine agreement, bad input."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fabric import collectives, sim
+from fabric.cli.replay import main as replay_cli
+from fabric.config import load_config
+from fabric.replay import replay
+from fabric.taskgraph import GraphBuilder
+from fabric.topology import build
+
+TOY = "traces/toy-mla-tp8.h5"
+
+
+@pytest.fixture(scope="module")
+def toy_reports():
+    cfg = load_config(preset="sd200")
+    return {e: replay(TOY, cfg, engine=e) for e in ("packet", "analytic")}
+
+
+def test_report_has_the_promised_keys(toy_reports):
+    r = toy_reports["packet"]
+    for key in ("tpot_us", "tokens_per_s", "step_time_us", "compute_us", "exposed_comm_us", "comm_fraction",
+                "collectives", "links", "packets_delivered", "packets_dropped", "packets_duplicated", "events",
+                "wall_s", "engine", "preset", "seed"):
+        assert key in r, key
+    assert r["packets_dropped"] == 0 and r["packets_duplicated"] == 0 and r["packets_delivered"] > 0
+
+
+def test_step_is_compute_plus_exposed_comm_on_the_critical_path(toy_reports):
+    for r in toy_reports.values():
+        assert r["compute_us"] + r["exposed_comm_us"] == pytest.approx(r["step_time_us"], abs=1e-6)
+        assert 0 < r["compute_us"] <= r["step_time_us"]
+        assert r["tokens_per_s"] == pytest.approx(r["batch"] / (r["tpot_us"] * 1e-6))
+
+
+def test_engines_agree_on_the_toy_step(toy_reports):
+    p, a = toy_reports["packet"]["step_time_us"], toy_reports["analytic"]["step_time_us"]
+    assert abs(p - a) / p < 0.10
+
+
+def one_collective(kind, algorithm, nbytes, n, cfg):
+    frag = collectives.template(kind, algorithm, nbytes, n, cfg)
+    b = GraphBuilder(n)
+    b.add_fragment(frag, np.arange(n))
+    return b.build()
+
+
+@pytest.mark.parametrize("kind, algorithm, nbytes", [
+    ("allreduce", "oneshot", 4096), ("allreduce", "twoshot", 14336), ("allreduce", "ring", 262144),
+    ("allreduce", "halving_doubling", 65536), ("allgather", "direct", 65536), ("allgather", "ring", 65536),
+    ("reduce_scatter", "direct", 65536), ("alltoall", "direct", 65536), ("broadcast", "direct", 16384),
+])
+def test_packet_and_analytic_engines_agree_within_10_percent(kind, algorithm, nbytes):
+    """On an uncongested fabric (8 ranks in one host domain, behind one switch) the engines agree."""
+    cfg = load_config(preset="sd200")
+    topo = build(cfg)
+    g = one_collective(kind, algorithm, nbytes, 8, cfg)
+    t = {e: sim.run(cfg, topo, g, engine=e).task_end_ps.max() for e in ("packet", "analytic")}
+    assert abs(t["packet"] - t["analytic"]) / t["packet"] < 0.10, t
+
+
+def test_golden_toy_step(toy_reports):
+    """Regression: the toy trace's step on sd200 (update deliberately when the model changes)."""
+    assert toy_reports["packet"]["step_time_us"] == pytest.approx(GOLDEN_TOY_PACKET_US, rel=1e-3)
+    assert toy_reports["analytic"]["step_time_us"] == pytest.approx(GOLDEN_TOY_ANALYTIC_US, rel=1e-3)
+
+
+def test_same_seed_same_report():
+    cfg = load_config(preset="sd200", overrides={"phy.ber": 1e-7})
+    a, b = replay(TOY, cfg), replay(TOY, cfg)
+    assert a["step_time_us"] == b["step_time_us"] and a["events"] == b["events"]
+    assert a["links"] == b["links"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--preset", "sd2000"], "did you mean sd200"),
+    (["--set", "phy.lane_rate=3"], "did you mean phy.lane_rate_gbps"),
+    (["--set", "phy.lanes=eight"], "phy.lanes"),
+    (["--set", "switch.latency_ns=-1"], "switch.latency_ns"),
+    (["no-such-file.h5"], "no-such-file.h5"),
+    (["README.md"], "README.md"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    r = CliRunner().invoke(replay_cli, args)
+    assert r.exit_code == 2, r.output
+    out = (getattr(r, "stderr", "") or r.output).strip()
+    assert needle in out and len(out.splitlines()) == 1 and "Traceback" not in out
+
+
+def test_json_output(tmp_path):
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(replay_cli, [TOY, "--engine", "analytic", "--quiet", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["engine"] == "analytic" and data["preset"] == "sd200" and data["tpot_us"] > 0
+
+
+GOLDEN_TOY_PACKET_US = 91.255012      # sd200 defaults, seed 1, traces/toy-mla-tp8.h5
+GOLDEN_TOY_ANALYTIC_US = 91.332817
