@@ -251,10 +251,12 @@ class CollectivesConfig(_Section):
                                    reason="[E] the SD200 text puts serving-size messages (the 14,336 B decode "
                                           "AllReduce, 'medium, the most common in serving') in the two-shot tier, "
                                           "so one-shot ends below it; one-shot sends (n-1)M per rank")
-    twoshot_max_bytes: int = param(16 << 20, unit="B", lo=0, hi=1 << 40,
+    twoshot_max_bytes: int = param(512 << 10, unit="B", lo=0, hi=1 << 40,
                                    help="sd200 policy: larger AllReduce/AllGather/ReduceScatter use ring",
-                                   reason="[E] top of the published 16 KB-16 MB range; a 64-rank ring's 126 steps "
-                                          "cost ~100 us of latency, amortised only by tens of MB")
+                                   reason="[E] measured crossover on sd200 (packet engine, docs/calibration.md): "
+                                          "two-shot's all-to-all is bisection-bound on the 2x2x2 mesh and loses to "
+                                          "ring above 512 KiB (119 vs 112 us at 1 MiB); a library tunes its tiers "
+                                          "this way")
     reduce_gbps: float = param(1600.0, unit="GB/s", lo=0, lo_open=True, hi=1e6,
                                help="local reduction bandwidth in gigaBYTES/s over bytes touched "
                                     "(k operands read + 1 result written)",
@@ -407,6 +409,11 @@ def _apply(base: FabricConfig, updates: dict[str, Any]) -> FabricConfig:
         per_section.setdefault(section, {})[f.name] = _coerce(key, f, value)
     changes = {s: dataclasses.replace(getattr(base, s), **kv) for s, kv in per_section.items()}
     return dataclasses.replace(base, **changes)
+
+
+def with_overrides(cfg: FabricConfig, overrides: dict[str, Any]) -> FabricConfig:
+    """A copy of cfg with `section.key` overrides applied and validated."""
+    return _apply(cfg, overrides)
 
 
 def _flatten_toml(data: dict, source: str) -> dict[str, Any]:

@@ -8,23 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from fabric import sim
-from fabric.config import FabricConfig
+from fabric.config import FabricConfig, with_overrides
 from fabric.errors import ConfigError
+from fabric.topology import build
 
 
-def two_node_topology(cfg: FabricConfig) -> dict:
-    """Two accelerators joined by one link: channel 0 is 0 -> 1, channel 1 is 1 -> 0."""
-    phy = cfg.phy
-    lat = sim.ps(phy.tx_latency_ns + phy.rx_latency_ns + phy.cable_m * phy.wire_ns_per_m)
-    return dict(
-        name="link", n_ranks=2, node_names=["acc0", "acc1"], node_kind=np.zeros(2, np.int8),
-        node_domain=np.zeros(2, np.int32), node_latency_ps=np.zeros(2, np.int64),
-        ch_src=np.array([0, 1], np.int32), ch_dst=np.array([1, 0], np.int32), ch_rev=np.array([1, 0], np.int32),
-        ch_ps_per_byte=np.full(2, 8000.0 / cfg.data_gbps), ch_latency_ps=np.full(2, lat, np.int64),
-        ch_ber=np.full(2, phy.ber), pair_ptr=np.array([0, 0, 1, 2, 2], np.int64),
-        path_ptr=np.array([0, 1, 2], np.int64), path_ch=np.array([0, 1], np.int32),
-        path_vcl=np.zeros(2, np.int8), vc_levels=1,
-    )
+def two_node_topology(cfg: FabricConfig):
+    """Two accelerators joined by one link (the `link` builder): channel 0 is 0 -> 1, channel 1 is 1 -> 0."""
+    return build(with_overrides(cfg, {"topology.kind": "link"}))
 
 
 def single_transfer_graph(src: int, dst: int, nbytes: int, op: int = 0) -> dict:
@@ -43,8 +34,7 @@ def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int
     if packets < 1:
         raise ConfigError(f"--packets={packets} is out of range; allowed >= 1")
     if p != cfg.txn.max_payload_bytes:   # the endpoint carves max-payload packets: make that the probe's size
-        from fabric.config import _apply
-        cfg = _apply(cfg, {"txn.max_payload_bytes": p})
+        cfg = with_overrides(cfg, {"txn.max_payload_bytes": p})
     res = sim.run(cfg, two_node_topology(cfg), single_transfer_graph(0, 1, p * packets), faults=faults)
     c = {k: v[0] for k, v in res.counters.items()}          # the data direction
     rev = {k: v[1] for k, v in res.counters.items()}

@@ -112,7 +112,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                        task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
                        transfers=eng.transfers(), stuck=eng.stuck_report() if outcome == kernel.STUCK else [])
     if raise_on_stuck and (outcome == kernel.STUCK or totals["tasks_left"] > 0):
-        where = "; ".join(f"channel {r['channel']}: {r['unacked']} unacked, {r['queued']} queued, credits "
+        name = topo.channel_name if hasattr(topo, "channel_name") else (lambda c: f"channel {c}")
+        where = "; ".join(f"{name(r['channel'])}: {r['unacked']} unacked, {r['queued']} queued, credits "
                           f"{r['credits']}{' (link down)' if r['down'] else ''}" for r in result.stuck) or "no queue"
         raise SimulationError(f"no progress for {cfg.sim.watchdog_ns:g} ns at t={eng.now_ps / 1e3:.1f} ns with "
                               f"{totals['tasks_left']} tasks and {totals['packets_live']} packets pending: {where}")

@@ -110,7 +110,7 @@ class LinkMachine(RuleBasedStateMachine):
     @precondition(lambda self: not hasattr(self, "eng"))
     def start(self, cfg, graph, faults):
         self.cfg = cfg
-        self.eng = kernel.Engine(sim.kernel_params(cfg), two_node_topology(cfg), graph)
+        self.eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(two_node_topology(cfg)), graph)
         for kind, ch, n, k in faults:
             self.eng.add_fault(sim.FAULTS[kind], ch, n, k)
         self.delivered = 0
