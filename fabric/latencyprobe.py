@@ -12,6 +12,7 @@ from fabric import sim
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.linkprobe import single_transfer_graph
+from fabric.address import build_address_map
 from fabric.topology import build
 
 
@@ -27,12 +28,27 @@ def _path_terms(cfg: FabricConfig, topo, chans: np.ndarray, payload_B: int, pack
                 switch=float(topo.node_latency_ps[topo.ch_dst[chans[:-1]]].sum()))
 
 
-def probe_latency(cfg: FabricConfig, src: int, dst: int, op: str = "store", nbytes: int = 64) -> dict:
+def probe_latency(cfg: FabricConfig, src: int, dst: int | None = None, op: str = "store", nbytes: int = 64,
+                  addr: int | None = None) -> dict:
+    """dst is a rank, or give addr: a host address in src's host domain, translated at the ingress port through
+    the unified address map (local or shadow-device window); an address outside every window completes as an
+    Unsupported Request and the result says so."""
     topo = build(cfg)
     R = topo.n_ranks
-    for name, v in (("--src", src), ("--dst", dst)):
-        if not 0 <= v < R:
-            raise ConfigError(f"{name}={v} is out of range; this topology has accelerators 0..{R - 1}")
+    if not 0 <= src < R:
+        raise ConfigError(f"--src={src} is out of range; this topology has accelerators 0..{R - 1}")
+    if (dst is None) == (addr is None):
+        raise ConfigError("give exactly one of --dst (a rank) and --addr (a host address)")
+    if addr is not None:
+        amap = build_address_map(topo, cfg)
+        tr = amap.translate(int(topo.node_domain[src]), addr, nbytes)
+        if not tr.ok:
+            res = sim.run(cfg, topo, single_transfer_graph(src, -1, nbytes, op=1 if op == "load" else 0))
+            return dict(preset=topo.name, src=src, dst=None, addr=hex(addr), op=op, bytes=nbytes, status="UR",
+                        error=tr.error, latency_ns=float(res.task_end_ps[0] - res.task_start_ps[0]) / 1000.0)
+        dst = tr.dst_rank
+    if not 0 <= dst < R:
+        raise ConfigError(f"--dst={dst} is out of range; this topology has accelerators 0..{R - 1}")
     if src == dst:
         raise ConfigError("--src and --dst must differ (a local access never enters the fabric)")
     if op not in ("store", "load"):
@@ -63,6 +79,7 @@ def probe_latency(cfg: FabricConfig, src: int, dst: int, op: str = "store", nbyt
     modelled = sum(terms.values())
     breakdown = {f"{k}_ns": round(v / 1000.0, 3) for k, v in terms.items()}
     breakdown["queueing_ns"] = round((measured - modelled) / 1000.0, 3)
-    return dict(preset=topo.name, src=src, dst=dst, op=op, bytes=nbytes, latency_ns=measured / 1000.0,
+    return dict(preset=topo.name, src=src, dst=dst, addr=None if addr is None else hex(addr), op=op, bytes=nbytes,
+                status="OK", latency_ns=measured / 1000.0,
                 hops=len(node_path) - 1 if op == "store" else (len(node_path) - 1) // 2, path=node_path,
                 cross_domain=bool(cross), breakdown=breakdown)

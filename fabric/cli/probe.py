@@ -66,16 +66,29 @@ _register()
 @click.option("--preset", default="sd200", show_default=True, help="fabric preset (see fabric-probe topology)")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of overrides")
 @click.option("--src", type=int, required=True, help="source accelerator (rank)")
-@click.option("--dst", type=int, required=True, help="destination accelerator (rank)")
+@click.option("--dst", type=int, default=None, help="destination accelerator (rank)")
+@click.option("--addr", type=str, default=None,
+              help="instead of --dst: a host address (e.g. 0x100000000000) in the source's host domain")
 @click.option("--op", type=click.Choice(["store", "load"]), default="store", show_default=True)
 @click.option("--bytes", "nbytes", type=int, default=64, show_default=True, help="bytes moved")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a parameter (repeatable)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="write results as JSON")
 @friendly
-def latency(preset, config_file, src, dst, op, nbytes, sets, json_path):
+def latency(preset, config_file, src, dst, addr, op, nbytes, sets, json_path):
+    from fabric.errors import ConfigError
     from fabric.latencyprobe import probe_latency
     cfg = load_config(preset=preset, config_file=config_file, overrides=parse_set(sets))
-    r = probe_latency(cfg, src, dst, op, nbytes)
+    try:
+        address = None if addr is None else int(addr, 0)
+    except ValueError:
+        raise ConfigError(f"--addr={addr!r} is not an address; write it in decimal or 0x hex") from None
+    r = probe_latency(cfg, src, dst, op, nbytes, addr=address)
+    dst = r["dst"]
+    if r["status"] != "OK":
+        click.echo(f"{r['op']} of {r['bytes']} B from accelerator {src} to {r['addr']} completed as Unsupported "
+                   f"Request after {r['latency_ns']:.1f} ns: {r['error']}")
+        write_json(json_path, r)
+        return
     click.echo(f"{r['op']} of {r['bytes']} B, accelerator {src} -> {dst} on {r['preset']}: "
                f"{r['latency_ns']:.1f} ns over {r['hops']} hops")
     click.echo(f"  path  {' -> '.join(r['path'])}")

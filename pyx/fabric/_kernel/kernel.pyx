@@ -524,7 +524,7 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
 
 cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     """Put the next unit on ch if it is idle: pending replays first, then round robin over its queues."""
-    cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, chunk, payload, covers, i, seen
+    cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, chunk, payload, covers, i, seen, start
     cdef int64_t qi, c
     cdef bint credit_blocked = False
     cdef ReplayC* r
@@ -542,10 +542,15 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     nslots = s.n_slots[node]
     nq = s.nvc * nslots
     seen = 0
+    start = s.rr[ch] + 1                  # rr in [-1, nq): start in [0, nq]
+    if start >= nq:
+        start -= nq
     for k in range(nq):
         if seen == s.q_busy[ch]:
             break
-        idx = (s.rr[ch] + 1 + k) % nq
+        idx = start + k                   # == (rr + 1 + k) % nq without a division per queue scanned
+        if idx >= nq:
+            idx -= nq
         qi = s.q_base[ch] + idx
         if s.q_head[qi] < 0:
             continue
@@ -861,10 +866,10 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
         x = s.t_xfer[t]
         xf = &s.xf[x]
         when = s.now + s.issue_ps + s.xlate_ps
+        if xf.src == xf.dst or xf.status != 0:     # local, or Unsupported Request answered by the ingress port
+            return c_push(&s.heap, when, EV_TASK_DONE, -1, t, 0, 0)
         if s.node_domain[xf.src] != s.node_domain[xf.dst]:
             when += s.p2p_ps
-        if xf.src == xf.dst or xf.status != 0:
-            return c_push(&s.heap, when, EV_TASK_DONE, -1, t, 0, 0)
         if s.analytic:
             if xf.kind == 1:
                 p = xf.path
