@@ -55,8 +55,10 @@ def params():
 
 
 def _register():
+    from fabric.cli.probe_collective import collective_cmd
     from fabric.cli.probe_topology import topology_cmd
     main.add_command(topology_cmd, "topology")
+    main.add_command(collective_cmd, "collective")
 
 
 _register()

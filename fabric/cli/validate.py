@@ -1,0 +1,35 @@
+"""`fabric-validate`: the published SD200 figures against the emulator (fabric/validate.py, docs/calibration.md)."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from fabric.cli.common import friendly, write_json
+
+
+@click.command(help="Run the validation experiments and print figure, published, emulated, ratio, tolerance, "
+                    "verdict; then the AllReduce sweep and the sensitivity table.")
+@click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False),
+              help="write the validation rows (name, published, emulated, unit, tolerance, within_tolerance, ...)")
+@click.option("--sweep-engine", type=click.Choice(["packet", "analytic"]), default="packet", show_default=True,
+              help="engine of the 16 KB..16 MB AllReduce sweeps (figures 4 and 5)")
+@click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
+              help="also print how TPOT and the 14 KB AllReduce move with +-50% of five parameters")
+@friendly
+def main(json_path, sweep_engine, sensitivity):
+    from fabric import validate as V
+    t0 = time.perf_counter()
+    r = V.validate(sweep_engine)
+    click.echo(V.format_rows(r["rows"]))
+    click.echo("")
+    click.echo(f"AllReduce 16 KB..16 MB on 64 ranks ({sweep_engine} engine): opt = sd200 library, unopt = NCCL-like "
+               f"ring library, hd = generic halving-doubling library, roce = scaleout-roce + unopt library")
+    click.echo(V.format_sweep(r["sweep"]))
+    if sensitivity:
+        click.echo("")
+        click.echo("sensitivity (TPOT: packet engine; AllReduce 14,336 B: packet engine; each parameter alone)")
+        click.echo(V.format_sensitivity(V.sensitivity("packet")))
+    passed = sum(x["within_tolerance"] for x in r["rows"])
+    click.echo(f"\n{passed} of {len(r['rows'])} figures within tolerance; wall {time.perf_counter() - t0:.1f} s")
+    write_json(json_path, r["rows"])
