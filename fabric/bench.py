@@ -1,0 +1,157 @@
+"""The benchmark suite behind `fabric-bench`: fixed cases, each run in its own subprocess, one row per case.
+
+A row: case, packets (packets created at their sources), packet_hops (packets put on a channel, summed over
+channels), events (kernel events), wall_s (the kernel run only: `sim.run`'s clock, not topology building or
+lowering), events_per_s, packet_hops_per_s, peak_rss_mb (the child process's peak resident set, from `os.wait4`,
+so cases do not pollute each other).
+
+Cases (see docs/performance.md for figures):
+- `link`: one saturated link (the link probe), 1M packets (200k in --quick).
+- `oneshot-64`: 64 ranks of mesh-4x4x4, each storing 14,336 B to each of the 63 others, 256 B packets.
+- `decode-sd200-packet`, `decode-sd200-analytic`: the shipped DeepSeek-R1 decode step on sd200.
+- `ring-16MB-64`: one 16 MB ring AllReduce over the 64 ranks of sd200.
+- `oneshot-N` (N = 128 .. 1024, presets sd200-N): the same one-shot traffic with 256 B packets; above 64 ranks
+  the message shrinks as 64/N so that the total stays tractable (packets then grow linearly in N, not N^2), and
+  the case name says the message size. The scaling exponent is fitted on wall time vs packets.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ONESHOT_BYTES = 14336
+PKT_B = 256
+SMALL = {"txn.max_payload_bytes": PKT_B, "txn.max_read_request_bytes": PKT_B}
+ROW_KEYS = ("case", "packets", "packet_hops", "events", "wall_s", "events_per_s", "packet_hops_per_s",
+            "peak_rss_mb")
+
+
+def oneshot_bytes(n: int) -> int:
+    """Message per (src, dst) pair of oneshot-n: 14,336 B at 64 ranks, scaled by 64/n above (whole packets)."""
+    if n <= 64:
+        return ONESHOT_BYTES
+    return max(PKT_B, (ONESHOT_BYTES * 64 // n) // PKT_B * PKT_B)
+
+
+def oneshot_name(n: int) -> str:
+    b = oneshot_bytes(n)
+    return f"oneshot-{n}" if b == ONESHOT_BYTES else f"oneshot-{n}-{b}B"
+
+
+FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "ring-16MB-64"] + \
+       [oneshot_name(n) for n in (128, 256, 512, 1024)]
+QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
+
+
+def all_to_all_graph(n_ranks: int, nbytes: int) -> dict:
+    """Every ordered pair (src, dst), src != dst: one store of nbytes, no dependencies."""
+    src, dst = np.nonzero(~np.eye(n_ranks, dtype=bool))
+    n = len(src)
+    return dict(kind=np.ones(n, np.int8), rank=src.astype(np.int32), peer=dst.astype(np.int32),
+                stream=np.full(n, -1, np.int32), nbytes=np.full(n, nbytes, np.int64),
+                duration_ps=np.zeros(n, np.int64), op=np.zeros(n, np.int8), coll=np.full(n, -1, np.int32),
+                succ_ptr=np.zeros(n + 1, np.int64), succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+
+
+def _run_case(case: str):
+    """Build and run one case in this process; returns the sim.RunResult."""
+    from fabric import sim
+    from fabric.config import load_config
+    from fabric.topology import build
+    if case.startswith("link"):
+        from fabric.linkprobe import probe_link
+        return probe_link(load_config(preset=None), None, 200000 if case == "link-quick" else 1000000)["_result"]
+    if case.startswith("oneshot-"):
+        n = int(case.split("-")[1])
+        cfg = load_config(preset="mesh-4x4x4" if n == 64 else f"sd200-{n}", overrides=SMALL)
+        topo = build(cfg)
+        return sim.run(cfg, topo, all_to_all_graph(topo.n_ranks, oneshot_bytes(n)))
+    if case.startswith("decode-"):
+        from fabric import trace as tracemod
+        from fabric.lower import lower
+        preset, engine = case.split("-")[1:3]
+        cfg = load_config(preset=preset)
+        graph = lower(tracemod.read(str(tracemod.default_trace_path())), cfg)
+        return sim.run(cfg, build(cfg), graph, engine=engine)
+    if case.startswith("ring-"):
+        from fabric import collectives
+        size, n = case.split("-")[1:3]
+        nbytes = int(size[:-2]) << 20
+        cfg = load_config(preset="sd200")
+        graph = collectives.build("allreduce", "ring", nbytes, int(n), cfg).to_graph(n_ranks=build(cfg).n_ranks)
+        return sim.run(cfg, build(cfg), graph)
+    raise ValueError(f"unknown case {case!r}")
+
+
+def child(case: str) -> None:
+    """Entry point of the per-case subprocess: run, print one JSON line with the counts."""
+    res = _run_case(case)
+    print(json.dumps(dict(packets=int(res.totals["carved"]), packet_hops=int(res.counters["packets"].sum()),
+                          events=int(res.events), wall_s=float(res.wall_s), outcome=res.outcome)))
+
+
+def run_case(case: str) -> dict:
+    """Run one case in a fresh interpreter; its peak RSS comes from the kernel's rusage of that child alone."""
+    p = subprocess.Popen([sys.executable, "-c", f"from fabric.bench import child; child({case!r})"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.stdout.read(), p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise RuntimeError(f"bench case {case} failed (exit {p.returncode}):\n{err[-2000:]}")
+    r = json.loads(out.strip().splitlines()[-1])
+    wall = max(r["wall_s"], 1e-9)
+    rss_kb = ru.ru_maxrss if sys.platform != "darwin" else ru.ru_maxrss / 1024
+    return dict(case=case, packets=r["packets"], packet_hops=r["packet_hops"], events=r["events"],
+                wall_s=r["wall_s"], events_per_s=r["events"] / wall, packet_hops_per_s=r["packet_hops"] / wall,
+                peak_rss_mb=rss_kb / 1024.0)
+
+
+def scaling_exponent(rows: list[dict]) -> float | None:
+    """Least-squares slope of log(wall) on log(packets) over the oneshot cases (1.0 = linear in packets)."""
+    pts = [(r["packets"], r["wall_s"]) for r in rows if r["case"].startswith("oneshot-") and r["packets"] > 0]
+    if len(pts) < 2:
+        return None
+    x = np.log([p for p, _ in pts])
+    y = np.log([max(w, 1e-9) for _, w in pts])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def run_suite(quick: bool = False, cases=None, progress=None) -> list[dict]:
+    rows = []
+    for case in cases or (QUICK if quick else FULL):
+        if progress:
+            progress(case)
+        rows.append(run_case(case))
+    return rows
+
+
+def render(rows: list[dict]) -> str:
+    head = f"{'case':24s} {'packets':>10s} {'packet-hops':>12s} {'events':>11s} {'wall s':>8s} {'events/s':>10s} " \
+           f"{'p-hops/s':>10s} {'peak RSS MB':>11s}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['case']:24s} {r['packets']:10d} {r['packet_hops']:12d} {r['events']:11d} "
+                     f"{r['wall_s']:8.3f} {_si(r['events_per_s']):>10s} {_si(r['packet_hops_per_s']):>10s} "
+                     f"{r['peak_rss_mb']:11.0f}")
+    k = scaling_exponent(rows)
+    if k is not None:
+        lines.append(f"oneshot scaling: wall ~ packets^{k:.2f} (fitted over "
+                     f"{sum(r['case'].startswith('oneshot-') for r in rows)} oneshot cases; 1.00 = linear)")
+    return "\n".join(lines)
+
+
+def _si(v: float) -> str:
+    return f"{v / 1e6:.2f} M" if v >= 1e5 else f"{v:.0f}" if not math.isnan(v) else "-"
+
+
+if __name__ == "__main__":   # pragma: no cover
+    t0 = time.perf_counter()
+    print(render(run_suite(quick="--quick" in sys.argv)))
+    print(f"{time.perf_counter() - t0:.1f} s")

@@ -1,0 +1,22 @@
+"""`fabric-bench [--quick] [--json FILE]`: run the fixed benchmark suite (each case in its own process)."""
+from __future__ import annotations
+
+import click
+
+from fabric.cli.common import friendly, write_json
+
+
+@click.command(help="Run the fixed benchmark suite and print one table: packets, packet-hops, events, kernel wall "
+                    "time, events/s, packet-hops/s and peak RSS per case (each case runs in a fresh process). "
+                    "--quick runs only the small cases (the CI smoke test, < 20 s).")
+@click.option("--quick", is_flag=True, help="small cases only (link-quick, oneshot-64, decode analytic, ring-1MB-64)")
+@click.option("--case", "cases", multiple=True, metavar="NAME", help="run only this case (repeatable)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+              help="write the rows as a JSON list")
+@friendly
+def main(quick, cases, json_path):
+    from fabric.bench import render, run_suite
+    rows = run_suite(quick=quick, cases=list(cases) or None,
+                     progress=lambda c: click.echo(f"running {c} ...", err=True))
+    click.echo(render(rows))
+    write_json(json_path, rows)

@@ -1,0 +1,35 @@
+"""Smoke test of the benchmark suite: the quick cases run and produce well-formed rows (no timing assertions)."""
+import json
+
+from click.testing import CliRunner
+
+from fabric import bench
+from fabric.cli.bench import main
+
+
+def test_oneshot_message_scaling():
+    assert bench.oneshot_bytes(64) == 14336
+    assert bench.oneshot_name(64) == "oneshot-64"
+    for n in (128, 256, 512, 1024):
+        b = bench.oneshot_bytes(n)
+        assert b % bench.PKT_B == 0 and b <= 14336 * 64 // n
+        assert bench.oneshot_name(n) == f"oneshot-{n}-{b}B"
+
+
+def test_scaling_exponent_of_a_linear_cost():
+    rows = [dict(case=f"oneshot-{n}", packets=n * 1000, wall_s=n * 0.01) for n in (64, 128, 256)]
+    assert abs(bench.scaling_exponent(rows) - 1.0) < 1e-9
+
+
+def test_quick_suite_runs(tmp_path):
+    out = tmp_path / "bench.json"
+    res = CliRunner().invoke(main, ["--quick", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())
+    assert [r["case"] for r in rows] == bench.QUICK
+    for r in rows:
+        assert tuple(r) == bench.ROW_KEYS
+        assert r["events"] > 0 and r["wall_s"] >= 0 and r["peak_rss_mb"] > 0
+        if r["case"] != "decode-sd200-analytic":
+            assert r["packet_hops"] >= r["packets"] > 0
+    assert "oneshot-64" in res.output and "peak RSS MB" in res.output
