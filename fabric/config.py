@@ -174,6 +174,11 @@ class EndpointConfig(_Section):
     translation_ns: float = param(20.0, unit="ns", lo=0, hi=1e7,
                                   help="address translation at the ingress port (host -> global -> destination)",
                                   reason="one lookup in an on-chip translation table, a few clock cycles")
+    e2e_window_bytes: int = param(131072, unit="B", lo=1, hi=1 << 40,
+                                  help="receive space each destination pre-grants each source (preventive "
+                                       "end-to-end flow control: a store leaves only into granted space)",
+                                  reason="covers 64 GB/s x the ~1.1 us data + grant round trip of the longest "
+                                         "sd200 path with headroom; 63 sources x 128 KiB = 8 MiB of HBM each")
     p2p_forward_ns: float = param(30.0, unit="ns", lo=0, hi=1e7,
                                   help="extra cost when cross-host P2P traffic is forwarded through a shadow port",
                                   reason="one more table lookup and re-tagging in the forwarding port")
@@ -356,6 +361,10 @@ def _cross_check(c: FabricConfig) -> None:
     if need > c.link.credit_flits:
         raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits of buffer but link.credit_flits="
                           f"{c.link.credit_flits}; raise link.credit_flits to >= {need} or lower the payload")
+    if c.endpoint.e2e_window_bytes < c.txn.max_payload_bytes:
+        raise ConfigError(f"endpoint.e2e_window_bytes={c.endpoint.e2e_window_bytes} is smaller than one packet "
+                          f"(txn.max_payload_bytes={c.txn.max_payload_bytes}); raise it to >= "
+                          f"{c.txn.max_payload_bytes}")
     if need > c.link.replay_buffer_flits:
         raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits but link.replay_buffer_flits="
                           f"{c.link.replay_buffer_flits}; raise it to >= {need} or lower the payload")

@@ -147,5 +147,6 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         links=_links(topo, res, step_ps),
         packets_delivered=int(t["delivered"]), packets_dropped=int(t["carved"] - t["delivered"]),
         packets_duplicated=int(t["duplicates"]), packets_out_of_order=int(t["out_of_order"]),
+        e2e_holds=int(t["e2e_holds"]),
         tasks=int(graph.n_tasks), events=int(res.events), lower_s=lower_s, wall_s=res.wall_s,
     )

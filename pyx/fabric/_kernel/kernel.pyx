@@ -269,6 +269,8 @@ cdef struct SimC:
     XferC* xf
     int32_t n_xf
     int32_t* tags_free             # per rank
+    int64_t* e2e_avail             # [src*R+dst] receive space dst has granted src and src has not used (B)
+    int64_t e2e_holds              # times a ready store waited for end-to-end grants
     # ---- delivery checks
     int64_t carved                 # packets created at sources
     int64_t delivered
@@ -569,6 +571,11 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             else:
                 covers = 0
                 payload = <int32_t>min(<int64_t>s.maxp_B, xf.avail_B - xf.carved_B)
+                # preventive flow control: a store leaves only into space its destination has granted
+                # (completions land in space the requester reserved with its read tag)
+                if xf.kind == 0 and s.e2e_avail[<int64_t>xf.src * s.n_ranks + xf.dst] < payload:
+                    s.e2e_holds += 1
+                    continue
             tlp = payload + s.hdr_B
             flits = pkt_flits(s, tlp)
             if s.cr_limit[c] - s.cr_used[c] < flits:
@@ -592,6 +599,8 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             else:
                 xf.carved_B += payload
                 s.s_payload_B[ch] += payload
+                if xf.kind == 0:
+                    s.e2e_avail[<int64_t>xf.src * s.n_ranks + xf.dst] -= payload
             s.q_head[qi] = xf.next                                      # rotate or retire the transfer
             if s.q_head[qi] < 0:
                 s.q_tail[qi] = -1
@@ -804,6 +813,8 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
             enqueue_xfer(s, xf.partner)
     else:
         xf.delivered_B += pk.payload_B
+        if xf.kind == 0:                       # the space is drained to memory: grant it back to the source
+            c_push(&s.heap, s.now + xf.grant_ps, EV_E2E_GRANT, -1, pk.xfer, pk.payload_B, 0)
         if xf.kind == 2:                       # completions free read tags in request order
             done = <int32_t>(xf.delivered_B // s.mrrs_B)
             if xf.delivered_B == xf.total_B:
@@ -971,6 +982,9 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
             on_deliver(s, &e)
         elif typ == EV_TASK_DONE:
             complete_task(s, e.x)
+        elif typ == EV_E2E_GRANT:
+            s.e2e_avail[<int64_t>s.xf[e.x].src * s.n_ranks + s.xf[e.x].dst] += e.y
+            wake_node(s, s.xf[e.x].src)
         elif typ == EV_XFER_INJECT:
             on_inject(s, e.x)
         elif typ == EV_ACK_TIMER:
@@ -1196,6 +1210,7 @@ cdef class Engine:
         s.s_head = <int32_t*>self._zeros("s_head", R * s.n_streams, np.int32, -1)
         s.s_tail = <int32_t*>self._zeros("s_tail", R * s.n_streams, np.int32, -1)
         s.tags_free = <int32_t*>self._zeros("tags_free", R, np.int32, int(p["read_tags"]))
+        s.e2e_avail = <int64_t*>self._zeros("e2e_avail", <int64_t>R * R, np.int64, int(p["e2e_window_B"]))
         s.an_free = <ps_t*>self._zeros("an_free", C, np.int64)
         s.tasks_left = n
         self._build_transfers(graph)
@@ -1249,6 +1264,23 @@ cdef class Engine:
         xf.path = choose_path(&self.s, src, dst, x) if src != dst else -1
         if src != dst and xf.path < 0:
             xf.status = 1
+        if xf.path >= 0:
+            xf.grant_ps = self._return_latency(dst, src, x)
+
+    cdef ps_t _return_latency(self, int32_t src, int32_t dst, int32_t flow):
+        """Zero-load latency of a small message along the route src -> dst (an end-to-end grant)."""
+        cdef SimC* s = &self.s
+        cdef int32_t p = choose_path(s, src, dst, flow), h, ch, n
+        cdef ps_t t = 0
+        if p < 0:
+            return 0
+        n = path_len(s, p)
+        for h in range(n):
+            ch = path_hop_ch(s, p, h)
+            t += s.ch_lat[ch] + s.flit_ps[ch]
+            if h + 1 < n:
+                t += s.node_lat[s.ch_dst[ch]]
+        return t
 
     def add_fault(self, int kind, int ch, int64_t n, int64_t k=1):
         """Inject a deterministic fault (FAULT_* constants) on channel ch before run()."""
@@ -1307,7 +1339,7 @@ cdef class Engine:
 
     def totals(self):
         s = &self.s
-        return dict(carved=s.carved, delivered=s.delivered, duplicates=s.dup_delivered, out_of_order=s.ooo_delivered,
+        return dict(e2e_holds=s.e2e_holds, carved=s.carved, delivered=s.delivered, duplicates=s.dup_delivered, out_of_order=s.ooo_delivered,
                     packets_live=s.pkts_live, tasks_left=s.tasks_left, events=s.events, now_ps=s.now)
 
     def task_times(self):

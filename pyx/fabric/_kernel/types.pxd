@@ -20,6 +20,7 @@ cdef enum EventType:
     EV_DELIVER = 10        # tail of packet x is at its destination endpoint (ch = last channel)
     EV_TASK_DONE = 11      # task x finished (compute, reduce, transfer completion)
     EV_XFER_INJECT = 12    # transfer x is issued at its source port
+    EV_E2E_GRANT = 13      # receive space (y bytes) freed at transfer x's destination is granted back to its source
 
 cdef struct EventC:            # 32 B: two per cache line, four siblings of the 4-ary heap in two lines
     ps_t time                  # when it fires
@@ -61,6 +62,7 @@ cdef struct XferC:
     int64_t delivered_B        # bytes delivered at the destination
     ps_t start_ps              # when it was issued
     uint64_t csum              # sum of content checksums of the byte ranges delivered, as the receiver saw them
+    ps_t grant_ps              # zero-load latency of an end-to-end grant from dst back to src
     int32_t src                # node the packets leave from
     int32_t dst                # node they go to
     int32_t task               # task completed by it (-1: none)
