@@ -176,7 +176,8 @@ class EndpointConfig(_Section):
                                   reason="one lookup in an on-chip translation table, a few clock cycles")
     e2e_window_bytes: int = param(131072, unit="B", lo=1, hi=1 << 40,
                                   help="receive space each destination pre-grants each source (preventive "
-                                       "end-to-end flow control: a store leaves only into granted space)",
+                                       "end-to-end flow control: a store leaves only into granted space; drained "
+                                       "space is granted back in quarters of the window or when a store ends)",
                                   reason="covers 64 GB/s x the ~1.1 us data + grant round trip of the longest "
                                          "sd200 path with headroom; 63 sources x 128 KiB = 8 MiB of HBM each")
     p2p_forward_ns: float = param(30.0, unit="ns", lo=0, hi=1e7,

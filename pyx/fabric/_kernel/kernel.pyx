@@ -198,6 +198,7 @@ cdef struct SimC:
     int32_t* q_tail
     int32_t* rr
     int32_t* q_busy                # per ch: how many of its queues are non-empty (skips idle scans)
+    ps_t* wake_at                  # per ch: time of its pending EV_WAKE (-1 none)
     # ---- channel transmitter
     int8_t* tx_busy
     int32_t* tx_free_ch            # input buffer to free when the current unit is sent (-1 none)
@@ -210,8 +211,9 @@ cdef struct SimC:
     int32_t* r_count
     int32_t* r_sent
     int32_t* r_flits
-    int64_t* rt_gen
+    ps_t* rt_deadline              # replay timer: expiry while armed (re-arming moves it, pushes nothing)
     int8_t* rt_armed
+    int8_t* rt_pending             # a replay-timer event for ch is in the heap
     int32_t* replay_num
     ps_t* down_until
     int16_t* epoch
@@ -270,6 +272,8 @@ cdef struct SimC:
     int32_t n_xf
     int32_t* tags_free             # per rank
     int64_t* e2e_avail             # [src*R+dst] receive space dst has granted src and src has not used (B)
+    int64_t* e2e_owed              # [src*R+dst] space dst has drained but not yet granted back (B)
+    int64_t e2e_quantum            # grants go back in quarters of the window (or when a transfer completes)
     int64_t e2e_holds              # times a ready store waited for end-to-end grants
     # ---- delivery checks
     int64_t carved                 # packets created at sources
@@ -466,9 +470,12 @@ cdef int free_buffer(SimC* s, int32_t ch, int32_t vc, int32_t flits) except -1 n
 
 # ================================================================== data-link layer: transmitter
 cdef int arm_replay_timer(SimC* s, int32_t ch) except -1 nogil:
-    s.rt_gen[ch] += 1
     s.rt_armed[ch] = 1
-    return c_push(&s.heap, s.now + s.replay_ps, EV_REPLAY_TIMER, ch, 0, s.rt_gen[ch], 0)
+    s.rt_deadline[ch] = s.now + s.replay_ps
+    if s.rt_pending[ch]:           # the pending event re-schedules itself at the new deadline
+        return 0
+    s.rt_pending[ch] = 1
+    return c_push(&s.heap, s.rt_deadline[ch], EV_REPLAY_TIMER, ch, 0, 0, 0)
 
 
 cdef int retrain(SimC* s, int32_t ch) except -1 nogil:
@@ -481,7 +488,6 @@ cdef int retrain(SimC* s, int32_t ch) except -1 nogil:
         s.epoch[c] = <int16_t>(s.epoch[c] + 1)
         s.r_sent[c] = 0
         s.replay_num[c] = 0
-        s.rt_gen[c] += 1
         s.rt_armed[c] = 0
     return c_push(&s.heap, s.now + s.retrain_ps, EV_RETRAIN_DONE, ch, 0, 0, 0)
 
@@ -529,6 +535,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, chunk, payload, covers, i, seen, start
     cdef int64_t qi, c
     cdef bint credit_blocked = False
+    cdef ps_t next_ready = INT64_MAX
     cdef ReplayC* r
     cdef PacketC* pk
     cdef XferC* xf
@@ -590,6 +597,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             pk.path_at = s.path_ptr[xf.path]; pk.path_n = <int16_t>path_len(s, xf.path); pk.cls = xf.cls
             pk.kind = PK_READ_REQ if xf.kind == 1 else PK_DATA
             pk.tail_ps = 0
+            pk.ready_ps = 0
             pk.offset_B = xf.carved_B
             xf.fseq_next += 1
             s.carved += 1
@@ -620,6 +628,10 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
         else:                                                           # a packet waiting in a VOQ
             p = s.q_head[qi]
             pk = &s.pk[p]
+            if pk.ready_ps > s.now:                                     # still in the switch pipeline
+                if pk.ready_ps < next_ready:
+                    next_ready = pk.ready_ps
+                continue
             flits = pk.flits
             if s.cr_limit[c] - s.cr_used[c] < flits:
                 credit_blocked = True
@@ -654,6 +666,9 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
         return send_unit(s, ch, r, pk.tail_ps)
     if credit_blocked and s.stall_since[ch] < 0:
         s.stall_since[ch] = s.now
+    if next_ready < INT64_MAX and not (s.now < s.wake_at[ch] <= next_ready):
+        s.wake_at[ch] = next_ready
+        c_push(&s.heap, next_ready, EV_WAKE, ch, 0, 0, 0)
     return 0
 
 
@@ -690,7 +705,6 @@ cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
                 arm_replay_timer(s, ch)
             else:
                 s.rt_armed[ch] = 0
-                s.rt_gen[ch] += 1
     if kind == C_NAK and s.r_count[ch] > 0 and s.down_until[ch] <= s.now:
         return start_replay(s, ch, False)
     return try_send(s, ch)
@@ -736,10 +750,13 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
     node = s.ch_dst[ch]
     if pk.hop >= pk.path_n:
         return c_push(&s.heap, tail, EV_DELIVER, ch, p, 0, 0)
-    return c_push(&s.heap, s.now + s.node_lat[node], EV_ENQUEUE, ch, p, 0, 0)
+    pk.ready_ps = s.now + s.node_lat[node]
+    return enqueue_packet(s, p)
 
 
-cdef int on_enqueue(SimC* s, int32_t p) except -1 nogil:
+cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
+    """Queue a packet at its output now; it becomes eligible when it leaves the switch pipeline (ready_ps), and
+    the output is woken then if nothing else wakes it (no event per packet for the pipeline)."""
     cdef PacketC* pk = &s.pk[p]
     cdef int32_t out = s.path_ch[pk.path_at + pk.hop]
     cdef int32_t vc = pk.cls * s.levels + s.path_vcl[pk.path_at + pk.hop]      # = path_hop_vc
@@ -793,6 +810,7 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
     cdef XferC* xf = &s.xf[pk.xfer]
     cdef XferC* rx
     cdef int32_t done
+    cdef int64_t i
     free_buffer(s, e.ch, pk.vc, pk.flits)
     if pk.kind == PK_DATA:         # the bytes land in the memory of the node the packet actually reached
         xf.csum += content_sum(s.ch_dst[e.ch], xf.src, pk.offset_B, pk.payload_B)
@@ -814,7 +832,11 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
     else:
         xf.delivered_B += pk.payload_B
         if xf.kind == 0:                       # the space is drained to memory: grant it back to the source
-            c_push(&s.heap, s.now + xf.grant_ps, EV_E2E_GRANT, -1, pk.xfer, pk.payload_B, 0)
+            i = <int64_t>xf.src * s.n_ranks + xf.dst
+            s.e2e_owed[i] += pk.payload_B
+            if s.e2e_owed[i] >= s.e2e_quantum or xf.delivered_B == xf.total_B:
+                c_push(&s.heap, s.now + xf.grant_ps, EV_E2E_GRANT, -1, pk.xfer, s.e2e_owed[i], 0)
+                s.e2e_owed[i] = 0
         if xf.kind == 2:                       # completions free read tags in request order
             done = <int32_t>(xf.delivered_B // s.mrrs_B)
             if xf.delivered_B == xf.total_B:
@@ -976,8 +998,10 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
             try_send(s, ch)
         elif typ == EV_CTRL_ARRIVE:
             on_ctrl(s, &e)
-        elif typ == EV_ENQUEUE:
-            on_enqueue(s, e.x)
+        elif typ == EV_WAKE:
+            if s.wake_at[ch] == s.now:
+                s.wake_at[ch] = -1
+                try_send(s, ch)
         elif typ == EV_DELIVER:
             on_deliver(s, &e)
         elif typ == EV_TASK_DONE:
@@ -993,7 +1017,11 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
                 if s.ack_pending[ch] > 0:
                     send_ack(s, ch)
         elif typ == EV_REPLAY_TIMER:
-            if s.rt_armed[ch] and e.y == s.rt_gen[ch]:
+            s.rt_pending[ch] = 0
+            if s.rt_armed[ch] and s.now < s.rt_deadline[ch]:
+                s.rt_pending[ch] = 1
+                c_push(&s.heap, s.rt_deadline[ch], EV_REPLAY_TIMER, ch, 0, 0, 0)
+            elif s.rt_armed[ch]:
                 s.rt_armed[ch] = 0
                 if s.r_count[ch] > 0 and s.down_until[ch] <= s.now:
                     start_replay(s, ch, True)
@@ -1127,6 +1155,7 @@ cdef class Engine:
         # ---- per-channel state
         s.rr = <int32_t*>self._zeros("rr", C, np.int32, -1)
         s.q_busy = <int32_t*>self._zeros("q_busy", C, np.int32)
+        s.wake_at = <ps_t*>self._zeros("wake_at", C, np.int64, -1)
         s.tx_busy = <int8_t*>self._zeros("tx_busy", C, np.int8)
         s.tx_free_ch = <int32_t*>self._zeros("tx_free_ch", C, np.int32, -1)
         s.tx_free_vc = <int32_t*>self._zeros("tx_free_vc", C, np.int32)
@@ -1139,7 +1168,8 @@ cdef class Engine:
         s.r_count = <int32_t*>self._zeros("r_count", C, np.int32)
         s.r_sent = <int32_t*>self._zeros("r_sent", C, np.int32)
         s.r_flits = <int32_t*>self._zeros("r_flits", C, np.int32)
-        s.rt_gen = <int64_t*>self._zeros("rt_gen", C, np.int64)
+        s.rt_deadline = <ps_t*>self._zeros("rt_deadline", C, np.int64)
+        s.rt_pending = <int8_t*>self._zeros("rt_pending", C, np.int8)
         s.rt_armed = <int8_t*>self._zeros("rt_armed", C, np.int8)
         s.replay_num = <int32_t*>self._zeros("replay_num", C, np.int32)
         s.down_until = <ps_t*>self._zeros("down_until", C, np.int64)
@@ -1211,6 +1241,8 @@ cdef class Engine:
         s.s_tail = <int32_t*>self._zeros("s_tail", R * s.n_streams, np.int32, -1)
         s.tags_free = <int32_t*>self._zeros("tags_free", R, np.int32, int(p["read_tags"]))
         s.e2e_avail = <int64_t*>self._zeros("e2e_avail", <int64_t>R * R, np.int64, int(p["e2e_window_B"]))
+        s.e2e_owed = <int64_t*>self._zeros("e2e_owed", <int64_t>R * R, np.int64)
+        s.e2e_quantum = max(int(p["e2e_window_B"]) // 4, 1)
         s.an_free = <ps_t*>self._zeros("an_free", C, np.int64)
         s.tasks_left = n
         self._build_transfers(graph)

@@ -16,7 +16,7 @@ cdef enum EventType:
     EV_REFRESH = 6         # receiver of ch re-sends its cumulative credits
     EV_RETRAIN_DONE = 7    # link of ch is up again
     EV_FORCE_RETRAIN = 8   # injected fault: retrain the link of ch now
-    EV_ENQUEUE = 9         # packet x leaves the switch pipeline into its output queue
+    EV_WAKE = 9            # the head of one of ch's queues leaves the switch pipeline: arbitrate again
     EV_DELIVER = 10        # tail of packet x is at its destination endpoint (ch = last channel)
     EV_TASK_DONE = 11      # task x finished (compute, reduce, transfer completion)
     EV_XFER_INJECT = 12    # transfer x is issued at its source port
@@ -36,8 +36,9 @@ cdef enum PacketKind:
     PK_DATA = 0                # store data or read completion
     PK_READ_REQ = 1            # read request (header only)
 
-cdef struct PacketC:           # 64 B: one cache line; the route and class are copied in so a hop touches no XferC
+cdef struct PacketC:           # 72 B; the route and class are copied in so a hop touches no XferC
     ps_t tail_ps               # time its tail reached the current node (cut-through bound)
+    ps_t ready_ps              # when it leaves the current node's switch pipeline (eligible in its VOQ)
     int64_t offset_B           # where its bytes sit in the transfer
     int64_t path_at            # its source route: path_ch[path_at : path_at + path_n] (path_ptr[path])
     int32_t xfer               # transfer (flow) it belongs to
