@@ -263,6 +263,14 @@ class CollectivesConfig(_Section):
                                           "two-shot's all-to-all is bisection-bound on the 2x2x2 mesh and loses to "
                                           "ring above 512 KiB (119 vs 112 us at 1 MiB); a library tunes its tiers "
                                           "this way")
+    channels: int = param(2, unit="flows", lo=1, hi=64,
+                          help="flows a large store of a collective is striped over (NCCL-style channels)",
+                          reason="one per accelerator port (topology.ports_per_accel = 2): a single flow keeps one "
+                                 "route, so it would leave the other port idle")
+    channel_min_bytes: int = param(65536, unit="B", lo=1, hi=1 << 40,
+                                   help="stores shorter than this stay one flow",
+                                   reason="below ~64 KiB a store is latency-bound: a second flow adds a flag and "
+                                          "a JOIN but saves < 0.5 us of serialisation")
     reduce_gbps: float = param(1600.0, unit="GB/s", lo=0, lo_open=True, hi=1e6,
                                help="local reduction bandwidth in gigaBYTES/s over bytes touched "
                                     "(k operands read + 1 result written)",

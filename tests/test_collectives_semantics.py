@@ -15,7 +15,8 @@ from fabric.taskgraph import BUF_TMP, REDUCE, TRANSFER, GraphBuilder
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 configs = st.builds(CollectivesConfig, fold_flags=st.booleans(), entry_barrier=st.booleans(),
-                    step_ns=st.sampled_from([0.0, 100.0]), launch_ns=st.sampled_from([0.0, 1000.0]))
+                    step_ns=st.sampled_from([0.0, 100.0]), launch_ns=st.sampled_from([0.0, 1000.0]),
+                    channels=st.integers(1, 3), channel_min_bytes=st.sampled_from([1, 16, 1 << 16]))
 sizes = st.one_of(st.integers(0, 40), st.integers(41, 600))
 
 

@@ -98,9 +98,37 @@ class FragBuilder:
 
     def xfer(self, src, dst, length, src_buf, src_off, dst_buf, dst_off) -> tuple[np.ndarray, np.ndarray]:
         """Data stores src -> dst. Returns (issue ids: add the sender's dependencies here, seen ids: the receiver
-        depends on these)."""
+        depends on these). Stores of at least `channel_min_bytes` are striped over `channels` flows (one per
+        accelerator port, as NCCL channels are), between a JOIN on each side."""
         src, dst, length = np.broadcast_arrays(np.atleast_1d(np.asarray(src, np.int64)), np.asarray(dst, np.int64),
                                                np.asarray(length, np.int64))
+        k = self.cc.channels
+        wide = (length >= max(self.cc.channel_min_bytes, k)) if k > 1 else np.zeros(src.shape, bool)
+        if not wide.any():
+            return self._store(src, dst, length, src_buf, src_off, dst_buf, dst_off)
+        cols = [np.broadcast_to(np.asarray(v, np.int64), src.shape) for v in (src_buf, src_off, dst_buf, dst_off)]
+        issue = np.empty(src.shape, np.int64)
+        seen = np.empty(src.shape, np.int64)
+        narrow = ~wide
+        if narrow.any():
+            issue[narrow], seen[narrow] = self._store(src[narrow], dst[narrow], length[narrow],
+                                                      *(c[narrow] for c in cols))
+        w = np.flatnonzero(wide)
+        issue[w] = self.join(src[w])
+        seen[w] = self.join(dst[w])
+        # stripe c of store e is flow e*k + c: consecutive flows take consecutive route candidates (ports)
+        lo = (length[w, None] * np.arange(k)) // k
+        part = (length[w, None] * np.arange(1, k + 1)) // k - lo
+        rep = np.repeat(w, k)
+        sb, so, db, do = (c[rep] for c in cols)
+        i_ids, s_ids = self._store(src[rep], dst[rep], part.ravel(), sb.astype(np.int8), so + lo.ravel(),
+                                   db.astype(np.int8), do + lo.ravel())
+        self.edge(np.repeat(issue[w], k), i_ids)
+        self.edge(s_ids, np.repeat(seen[w], k))
+        return issue, seen
+
+    def _store(self, src, dst, length, src_buf, src_off, dst_buf, dst_off) -> tuple[np.ndarray, np.ndarray]:
+        """One flow per store (see xfer)."""
         cc = self.cc
         src_off = np.broadcast_to(np.asarray(src_off, np.int64), src.shape)
         if cc.fold_flags:
