@@ -18,3 +18,13 @@ def test_readme_has_examples():
 @pytest.mark.parametrize("cmd, expected", EXAMPLES, ids=[c for c, _ in EXAMPLES])
 def test_readme_example_output(cmd, expected):
     assert rx.stable(rx.run(cmd)) == rx.stable(expected)
+
+
+PY_BLOCKS = __import__("re").findall(r"```python\n(.*?)```", rx.README.read_text(), __import__("re").S)
+
+
+@pytest.mark.parametrize("code", PY_BLOCKS)
+def test_readme_python_example_runs(code, capsys):
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out and all(len(line.split()) == 3 for line in out)
