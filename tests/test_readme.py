@@ -1,5 +1,6 @@
 """README examples run as tests: each `$ command` in a console block must print what the README shows."""
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ def test_readme_example_output(cmd, expected):
     assert rx.stable(rx.run(cmd)) == rx.stable(expected)
 
 
-PY_BLOCKS = __import__("re").findall(r"```python\n(.*?)```", rx.README.read_text(), __import__("re").S)
+PY_BLOCKS = re.findall(r"```python\n(.*?)```", rx.README.read_text(), re.S)
 
 
 @pytest.mark.parametrize("code", PY_BLOCKS)
