@@ -20,7 +20,7 @@ def sd():
 
 def test_tpot_analytic_golden(sd):
     r = V.replay_trace(V.shipped_trace(), sd, "analytic")
-    assert r["tpot_us"] == pytest.approx(7036.3, rel=REL)
+    assert r["tpot_us"] == pytest.approx(8865.4, rel=REL)
     assert r["comm_fraction"] < 0.10                      # figure 2 holds on the fast engine too
 
 
