@@ -532,7 +532,7 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
 
 cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     """Put the next unit on ch if it is idle: pending replays first, then round robin over its queues."""
-    cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, chunk, payload, covers, i, seen, start
+    cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, payload, covers, i, seen, start
     cdef int64_t qi, c
     cdef bint credit_blocked = False
     cdef ps_t next_ready = INT64_MAX
@@ -1090,7 +1090,7 @@ cdef class Engine:
     def __init__(self, dict p, dict topo, dict graph, bint analytic=False):
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays."""
         cdef SimC* s = &self.s
-        cdef int32_t C, N, R, V, n, i, ch, node, x
+        cdef int32_t C, N, R, V, n, i
         s.analytic = analytic
         s.levels = int(topo["vc_levels"])
         s.nvc = 2 * s.levels

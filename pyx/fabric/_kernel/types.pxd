@@ -2,8 +2,6 @@
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t
 
 ctypedef int64_t ps_t          # time, integer picoseconds
-ctypedef int32_t ch_t          # unidirectional channel id
-ctypedef int32_t node_t        # node id (ranks are nodes 0..R-1)
 
 # ------------------------------------------------------------------ events
 cdef enum EventType:

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Build the packet kernel with AddressSanitizer in a scratch copy and run the kernel-heavy tests against it.
+# The kernel indexes raw C arrays (no Cython bounds checks apply), so this is how out-of-bounds access is caught.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+cp -r "$src"/{pyx,fabric,tests,traces,setup.py,pyproject.toml} "$work"/
+cd "$work"
+rm -f fabric/_kernel/*.so
+CFLAGS="-fsanitize=address -fno-omit-frame-pointer -O1 -g" LDFLAGS="-fsanitize=address" \
+    python setup.py build_ext --inplace >/dev/null
+ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$(gcc -print-file-name=libasan.so)" HYPOTHESIS_PROFILE=dev \
+    python -m pytest -q -p no:cacheprovider tests/test_link_properties.py tests/test_fabric_properties.py \
+    tests/test_replay.py tests/test_watchdog.py "$@"
