@@ -118,7 +118,8 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     if tr.n_ranks > topo.n_ranks:
         from fabric.errors import ConfigError
         raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_ranks} "
-                          f"accelerators; choose a larger preset (e.g. sd200-128)")
+                          f"accelerators; choose a preset with at least {tr.n_ranks} (sd200: 64, sd200-128 ... "
+                          f"sd200-1024)")
     t0 = time.perf_counter()
     graph = lower(tr, cfg)
     lower_s = time.perf_counter() - t0
