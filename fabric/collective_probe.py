@@ -47,8 +47,8 @@ def probe_collective(cfg: FabricConfig, op: str, nbytes: int, *, algorithm: str 
         raise ConfigError(f"--op={op!r} is not allowed; use one of {', '.join(OPS)}")
     topo = build_topology(cfg) if topo is None else topo
     n = topo.n_ranks if ranks is None else int(ranks)
-    if not 1 <= n <= topo.n_ranks:
-        raise ConfigError(f"--ranks={n} is out of range; this topology has 1..{topo.n_ranks} accelerators")
+    if not 2 <= n <= topo.n_ranks:
+        raise ConfigError(f"--ranks={n} is out of range; a collective needs 2..{topo.n_ranks} accelerators here")
     if nbytes < 1:
         raise ConfigError(f"--bytes={nbytes} is out of range; allowed >= 1")
     algo = algorithm or collectives.select(op, nbytes, n, cfg)

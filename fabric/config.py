@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -26,9 +27,13 @@ def param(default, *, unit: str, help: str, reason: str, lo=None, hi=None, lo_op
     return field(default=default, metadata=meta)
 
 
-def _range_text(m: dict) -> str:
+def _range_text(m: dict, default=None) -> str:
     if m["choices"]:
         return "one of " + ", ".join(map(str, m["choices"]))
+    if isinstance(default, bool):
+        return "true | false"
+    if isinstance(default, str):
+        return "text"
     lo = "(" if m["lo_open"] else "["
     hi = ")" if m["hi_open"] else "]"
     return f"{lo}{m['lo'] if m['lo'] is not None else '-inf'}, {m['hi'] if m['hi'] is not None else 'inf'}{hi}"
@@ -144,7 +149,7 @@ class TransactionConfig(_Section):
 @dataclass(frozen=True)
 class SimConfig(_Section):
     """Simulation control."""
-    seed: int = param(1, unit="", lo=0, hi=2**63 - 1, help="seed of every random stream (per-link RNGs)",
+    seed: int = param(1, unit="seed", lo=0, hi=2**63 - 1, help="seed of every random stream (per-link RNGs)",
                       reason="fixed so that runs are reproducible bit for bit")
     watchdog_ns: float = param(1e6, unit="ns", lo=0, lo_open=True, hi=1e15,
                                help="stop with a report if packets are in flight and nothing moves for this long",
@@ -274,8 +279,8 @@ class CollectivesConfig(_Section):
     reduce_gbps: float = param(1600.0, unit="GB/s", lo=0, lo_open=True, hi=1e6,
                                help="local reduction bandwidth in gigaBYTES/s over bytes touched "
                                     "(k operands read + 1 result written)",
-                               reason="[E] a reduction is HBM-bound; ~1.6 TB/s HBM class fits the 8.9 ms TPOT "
-                                      "(REFERENCE.md s3)")
+                               reason="[E] a reduction streams its operands through HBM: the sd200-accelerator "
+                                      "chip profile's 1.6 TB/s (fabric/capture/chips/sd200-accelerator.toml)")
     reduce_kernel_ns: float = param(300.0, unit="ns", lo=0, hi=1e9,
                                     help="fixed cost of one local reduction (or local copy) step",
                                     reason="[E] HBM load latency plus a block-wide sync inside an already running "
@@ -361,7 +366,14 @@ class FabricConfig:
         return dataclasses.asdict(self)
 
 
+_DIMS = re.compile(r"[1-9][0-9]*([x*][1-9][0-9]*){0,2}")
+
+
 def _cross_check(c: FabricConfig) -> None:
+    for key in ("switch_mesh_dims", "mesh_dims"):      # checked whether or not this topology kind uses it
+        value = getattr(c.topology, key)
+        if not _DIMS.fullmatch(str(value).strip().lower()):
+            raise ConfigError(f"topology.{key}={value!r} must look like XxYxZ with positive integers, e.g. 4x4x4")
     if c.phy.flit_overhead_bytes >= c.phy.flit_bytes:
         raise ConfigError(f"phy.flit_overhead_bytes={c.phy.flit_overhead_bytes} must be smaller than "
                           f"phy.flit_bytes={c.phy.flit_bytes}")
@@ -497,6 +509,6 @@ def describe() -> list[dict]:
     for s, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
             m = f.metadata
-            rows.append(dict(key=f"{s}.{f.name}", default=f.default, unit=m["unit"], range=_range_text(m),
+            rows.append(dict(key=f"{s}.{f.name}", default=f.default, unit=m["unit"], range=_range_text(m, f.default),
                              help=m["help"], reason=m["reason"]))
     return rows

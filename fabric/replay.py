@@ -19,8 +19,9 @@ from fabric.topology import build
 
 def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
     """Walk back from the last task to finish, always to the constraint that released it (the predecessor that
-    finished last, or the task before it on the same stream). Time on compute tasks is compute; everything else
-    on the path (transfers, local reductions, flags, waits) is exposed communication. The two add up to the step."""
+    finished last, or the task before it on the same stream). Time on the model's compute tasks is compute;
+    everything else on the path (transfers, local reductions, flags, a collective's launch and wait points, and
+    waiting) is exposed communication. The two add up to the step."""
     ptr, pred = graph.predecessors_csr()
     stream_prev = np.full(graph.n_tasks, -1, np.int64)
     on_stream = np.flatnonzero(graph.stream >= 0)
@@ -39,7 +40,7 @@ def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
             cands.append(stream_prev[t])
         prev = max(cands, key=lambda u: end[u]) if cands else -1
         seg_start = end[prev] if prev >= 0 else 0
-        if graph.kind[t] == COMPUTE:
+        if graph.kind[t] == COMPUTE and graph.coll[t] < 0:     # coll >= 0: collective library overhead
             compute_ps += end[t] - start[t]
             comm_ps += start[t] - seg_start      # waiting before a kernel may start
         else:
@@ -131,7 +132,7 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     start, end = res.task_start_ps, res.task_end_ps
     step_ps = int(end.max()) if len(end) else 0
     cp = critical_path(graph, start, end)
-    comp_mask = graph.kind == COMPUTE
+    comp_mask = (graph.kind == COMPUTE) & (graph.coll < 0)
     per_rank_compute = np.bincount(graph.rank[comp_mask], weights=graph.duration_ps[comp_mask],
                                    minlength=tr.n_ranks)
     batch = int(tr.meta.get("batch", 1) or 1)

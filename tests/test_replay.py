@@ -37,6 +37,26 @@ def test_step_is_compute_plus_exposed_comm_on_the_critical_path(toy_reports):
         assert r["tokens_per_s"] == pytest.approx(r["batch"] / (r["tpot_us"] * 1e-6))
 
 
+def test_collective_overheads_count_as_communication_on_the_critical_path():
+    """compute 10 us -> AllReduce (1 us launch, transfers, reduce) -> compute 10 us on two ranks: the critical path
+    holds exactly 20 us of model compute; the collective, launch included, is exposed communication."""
+    from fabric.replay import critical_path
+    from fabric.taskgraph import COMPUTE
+    cfg = load_config(preset="sd200", overrides={"collectives.launch_ns": 1000.0})
+    b = GraphBuilder(2)
+    before = b.add_tasks(COMPUTE, [0, 1], stream=0, duration_ps=10_000_000)
+    start, done, _ = b.add_fragment(collectives.template("allreduce", "oneshot", 4096, 2, cfg), [0, 1])
+    after = b.add_tasks(COMPUTE, [0, 1], stream=0, duration_ps=10_000_000)
+    b.add_edges(before, start)
+    b.add_edges(done, after)
+    g = b.build()
+    for engine in ("packet", "analytic"):
+        r = sim.run(cfg, build(cfg), g, engine=engine)
+        cp = critical_path(g, r.task_start_ps, r.task_end_ps)
+        assert cp["compute_ps"] == 20_000_000
+        assert cp["comm_ps"] == r.task_end_ps.max() - 20_000_000 >= 1_000_000
+
+
 def test_engines_agree_on_the_toy_step(toy_reports):
     p, a = toy_reports["packet"]["step_time_us"], toy_reports["analytic"]["step_time_us"]
     assert abs(p - a) / p < 0.10

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import friendly, write_json
+from fabric.cli.common import Command, check_writable, friendly, write_json
 
 
-@click.command(help="Run the fixed benchmark suite and print one table: packets, packet-hops, events, kernel wall "
+@click.command(cls=Command, help="Run the fixed benchmark suite and print one table: packets, packet-hops, events, kernel wall "
                     "time, events/s, packet-hops/s and peak RSS per case (each case runs in a fresh process). "
                     "--quick runs only the small cases (the CI smoke test, < 20 s).")
 @click.option("--quick", is_flag=True, help="small cases only (link-quick, oneshot-64, decode analytic, ring-1MB-64)")
@@ -15,6 +15,7 @@ from fabric.cli.common import friendly, write_json
               help="write the rows as a JSON list")
 @friendly
 def main(quick, cases, json_path):
+    check_writable(json_path)
     from fabric.bench import render, run_suite
     rows = run_suite(quick=quick, cases=list(cases) or None,
                      progress=lambda c: click.echo(f"running {c} ...", err=True))

@@ -5,10 +5,10 @@ import time
 
 import click
 
-from fabric.cli.common import friendly
+from fabric.cli.common import Command, check_writable, friendly
 
 
-@click.command(help="Capture one decode step of a model as a fabric trace (HDF5, format v1). Built-in models: "
+@click.command(cls=Command, help="Capture one decode step of a model as a fabric trace (HDF5, format v1). Built-in models: "
                     "deepseek-r1, kimi-k2, qwen3-235b-a22b, llama-3-70b, toy-mla; or --hf-config config.json.")
 @click.option("--model", default=None, help="built-in model name")
 @click.option("--hf-config", type=click.Path(dir_okay=False), default=None,
@@ -26,10 +26,11 @@ from fabric.cli.common import friendly
               help="dtype of the weights (bytes read by GEMMs)")
 @click.option("--dispatch-dtype", type=click.Choice(["bf16", "fp8"]), default="fp8", show_default=True,
               help="payload dtype of the expert-parallel dispatch")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed of the routing oracle")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="seed of the routing oracle")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="trace file to write")
 @friendly
 def main(model, hf_config, tp, ep, batch, context, chip, engine, weight_dtype, dispatch_dtype, seed, output):
+    check_writable(output, "-o")
     from fabric import trace as T
     from fabric.capture import capture
     t0 = time.perf_counter()

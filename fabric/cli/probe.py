@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import friendly, write_json
+from fabric.cli.common import Group, check_writable, friendly, write_json
 from fabric.config import describe, load_config, parse_set
 
 
-@click.group(help="Measure one piece of the fabric: a link, the topology, a latency, a collective.")
+@click.group(cls=Group, help="Measure one piece of the fabric: a link, the topology, a latency, a collective.")
 def main():
     pass
 
@@ -21,6 +21,7 @@ def main():
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="write results as JSON")
 @friendly
 def link(payload_bytes, ber, packets, seed, sets, json_path):
+    check_writable(json_path)
     from fabric.linkprobe import probe_link
     overrides = parse_set(sets)
     if ber is not None:
@@ -77,6 +78,7 @@ _register()
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="write results as JSON")
 @friendly
 def latency(preset, config_file, src, dst, addr, op, nbytes, sets, json_path):
+    check_writable(json_path)
     from fabric.errors import ConfigError
     from fabric.latencyprobe import probe_latency
     cfg = load_config(preset=preset, config_file=config_file, overrides=parse_set(sets))
@@ -95,5 +97,6 @@ def latency(preset, config_file, src, dst, addr, op, nbytes, sets, json_path):
                f"{r['latency_ns']:.1f} ns over {r['hops']} hops")
     click.echo(f"  path  {' -> '.join(r['path'])}")
     for k, v in r["breakdown"].items():
-        click.echo(f"  {k[:-3]:14s} {v:10.1f} ns")
+        label = "queueing (rest)" if k == "queueing_ns" else k[:-3]
+        click.echo(f"  {label:15s} {v:9.1f} ns")
     write_json(json_path, r)

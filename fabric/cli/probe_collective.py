@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import friendly, write_json
+from fabric.cli.common import Command, check_writable, friendly, write_json
 from fabric.config import load_config, parse_set
 
 
-@click.command("collective")
+@click.command("collective", cls=Command)
 @click.option("--preset", "-p", default="sd200", show_default=True, help="fabric preset")
 @click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
               help="TOML file applied after the preset")
@@ -22,6 +22,7 @@ from fabric.config import load_config, parse_set
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="write the rows as JSON")
 @friendly
 def collective_cmd(preset, config_file, op, nbytes, min_bytes, max_bytes, algorithm, ranks, engine, sets, json_path):
+    check_writable(json_path)
     """Time one collective (all ranks start at t = 0; time = until the last rank's output is ready).
 
     algbw = bytes / time; busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for allgather, reduce_scatter, alltoall.

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import friendly, write_json
+from fabric.cli.common import Command, check_writable, friendly, write_json
 from fabric.config import load_config, parse_set
 
 
-@click.command("topology")
+@click.command("topology", cls=Command)
 @click.option("--preset", "-p", default=None, help="preset name (see fabric/presets/); default: the built-in sd200")
 @click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
               help="TOML file applied after the preset")
@@ -15,6 +15,7 @@ from fabric.config import load_config, parse_set
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="also write the figures here")
 @friendly
 def topology_cmd(preset, config_file, sets, json_path):
+    check_writable(json_path)
     """Nodes, links, diameter (hops between ranks), average hops and bisection bandwidth of a fabric.
 
     Hops count channels on the routed path between two ranks (accelerator -> switch -> ... -> accelerator).

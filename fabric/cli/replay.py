@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import friendly, write_json
+from fabric.cli.common import Command, check_writable, friendly, write_json
 from fabric.config import load_config, parse_set
 
 
@@ -32,7 +32,7 @@ def render(r: dict) -> str:
     return "\n".join(lines)
 
 
-@click.command(help="Replay an HDF5 op trace of one decode step on a fabric and report time per output token. "
+@click.command(cls=Command, help="Replay an HDF5 op trace of one decode step on a fabric and report time per output token. "
                     "With no TRACE, replays the shipped DeepSeek-R1 TP64 trace on sd200.")
 @click.argument("trace", required=False, type=click.Path(dir_okay=False))
 @click.option("--preset", default="sd200", show_default=True, help="fabric preset (fabric-probe topology lists them)")
@@ -44,6 +44,7 @@ def render(r: dict) -> str:
 @click.option("--quiet", is_flag=True, help="no progress bar, print only the TPOT line")
 @friendly
 def main(trace, preset, config_file, sets, engine, seed, json_path, quiet):
+    check_writable(json_path)
     from fabric.replay import replay
     overrides = parse_set(sets)
     if seed is not None:

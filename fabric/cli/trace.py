@@ -5,10 +5,10 @@ import sys
 
 import click
 
-from fabric.cli.common import friendly, write_json
+from fabric.cli.common import Group, friendly, write_json
 
 
-@click.group(help="Inspect and validate fabric trace files (HDF5, format v1).")
+@click.group(cls=Group, help="Inspect and validate fabric trace files (HDF5, format v1).")
 def main():
     pass
 

@@ -5,10 +5,10 @@ import time
 
 import click
 
-from fabric.cli.common import friendly, write_json
+from fabric.cli.common import Command, check_writable, friendly, write_json
 
 
-@click.command(help="Run the validation experiments and print figure, published, emulated, ratio, tolerance, "
+@click.command(cls=Command, help="Run the validation experiments and print figure, published, emulated, ratio, tolerance, "
                     "verdict; then the AllReduce sweep and the sensitivity table.")
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False),
               help="write the validation rows (name, published, emulated, unit, tolerance, within_tolerance, ...)")
@@ -18,6 +18,7 @@ from fabric.cli.common import friendly, write_json
               help="also print how TPOT and the 14 KB AllReduce move with +-50% of five parameters")
 @friendly
 def main(json_path, sweep_engine, sensitivity):
+    check_writable(json_path)
     from fabric import validate as V
     t0 = time.perf_counter()
     r = V.validate(sweep_engine)
