@@ -110,7 +110,10 @@ cdef int c_push(HeapC* h, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y,
     return 0
 
 cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
-    cdef int64_t i = 0, c, m, j, end, n
+    """Remove the earliest event. Bottom-up (Floyd): the hole at the root walks down to a leaf along the
+    smallest child (3 compares per level among 4 children, none against the moved element), then the last
+    element sifts up from there, which is short because it came from the bottom."""
+    cdef int64_t i = 0, c, m, m2, j, n, p
     cdef EventC* ev = h.ev
     cdef EventC last
     out[0] = ev[0]
@@ -121,17 +124,26 @@ cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
     last = ev[n]
     while True:
         c = 4 * i + 1
-        if c >= n:
-            break
-        m = c
-        end = c + 4 if c + 4 <= n else n
-        for j in range(c + 1, end):
-            if ev_before(&ev[j], &ev[m]):
-                m = j
-        if not ev_before(&ev[m], &last):
+        if c + 4 <= n:                        # all four children: two pairs, then the pair winners
+            m = c + 1 if ev_before(&ev[c + 1], &ev[c]) else c
+            m2 = c + 3 if ev_before(&ev[c + 3], &ev[c + 2]) else c + 2
+            if ev_before(&ev[m2], &ev[m]):
+                m = m2
+        elif c < n:
+            m = c
+            for j in range(c + 1, n):
+                if ev_before(&ev[j], &ev[m]):
+                    m = j
+        else:
             break
         ev[i] = ev[m]
         i = m
+    while i > 0:
+        p = (i - 1) >> 2
+        if not ev_before(&last, &ev[p]):
+            break
+        ev[i] = ev[p]
+        i = p
     ev[i] = last
 
 
@@ -198,6 +210,8 @@ cdef struct SimC:
     int32_t* q_tail
     int32_t* rr
     int32_t* q_busy                # per ch: how many of its queues are non-empty (skips idle scans)
+    uint64_t* q_bits               # per ch: bitmap of its non-empty queues (bit idx = vc * n_slots + slot)
+    int64_t* qb_base               # per ch: offset of its bitmap words in q_bits
     ps_t* wake_at                  # per ch: time of its pending EV_WAKE (-1 none)
     # ---- channel transmitter
     int8_t* tx_busy
@@ -302,6 +316,31 @@ cdef struct SimC:
 
 
 # ================================================================== helpers
+cdef extern from *:
+    int __builtin_ctzll(unsigned long long) nogil
+
+cdef inline int32_t next_bit(uint64_t* bits, int32_t pos, int32_t nq) noexcept nogil:
+    """Smallest set bit >= pos in a bitmap of nq bits (bits >= nq are never set), or -1."""
+    cdef int32_t w, last_w
+    cdef uint64_t word
+    if pos >= nq:
+        return -1
+    w = pos >> 6
+    word = bits[w] & ((~<uint64_t>0) << (pos & 63))
+    last_w = (nq - 1) >> 6
+    while word == 0:
+        w += 1
+        if w > last_w:
+            return -1
+        word = bits[w]
+    return (w << 6) + __builtin_ctzll(word)
+
+cdef inline void q_mark(SimC* s, int32_t ch, int32_t idx) noexcept nogil:
+    s.q_bits[s.qb_base[ch] + (idx >> 6)] |= (<uint64_t>1) << (idx & 63)
+
+cdef inline void q_unmark(SimC* s, int32_t ch, int32_t idx) noexcept nogil:
+    s.q_bits[s.qb_base[ch] + (idx >> 6)] &= ~((<uint64_t>1) << (idx & 63))
+
 cdef inline int64_t cv(SimC* s, int32_t ch, int32_t vc) noexcept nogil:
     return <int64_t>ch * s.nvc + vc
 
@@ -539,6 +578,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     cdef ReplayC* r
     cdef PacketC* pk
     cdef XferC* xf
+    cdef uint64_t* bits
     if s.tx_busy[ch] or s.down_until[ch] > s.now:
         return 0
     if s.r_sent[ch] < s.r_count[ch]:                                   # go-back-N replay in progress
@@ -554,15 +594,16 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     start = s.rr[ch] + 1                  # rr in [-1, nq): start in [0, nq]
     if start >= nq:
         start -= nq
-    for k in range(nq):
-        if seen == s.q_busy[ch]:
-            break
-        idx = start + k                   # == (rr + 1 + k) % nq without a division per queue scanned
-        if idx >= nq:
-            idx -= nq
+    bits = &s.q_bits[s.qb_base[ch]]
+    k = start                             # next bit to look at; the non-empty queues are visited in the
+    while seen < s.q_busy[ch]:            # order (rr + 1 + j) % nq, j = 0 .. nq-1, as a scan would
+        idx = next_bit(bits, k, nq)
+        if idx < 0:                       # wrap around once (seen stops the scan before start again)
+            idx = next_bit(bits, 0, nq)
+            if idx < 0:
+                break
+        k = idx + 1
         qi = s.q_base[ch] + idx
-        if s.q_head[qi] < 0:
-            continue
         seen += 1
         vc = idx // nslots
         slot = idx % nslots
@@ -624,6 +665,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
                 xf.next = -1
                 if s.q_head[qi] < 0:
                     s.q_busy[ch] -= 1
+                    q_unmark(s, ch, idx)
             s.tx_free_ch[ch] = -1
         else:                                                           # a packet waiting in a VOQ
             p = s.q_head[qi]
@@ -642,6 +684,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             if pk.next < 0:
                 s.q_tail[qi] = -1
                 s.q_busy[ch] -= 1
+                q_unmark(s, ch, idx)
             q_account(s, ch, -1)
             s.tx_free_ch[ch] = pk.in_ch
             s.tx_free_vc[ch] = pk.vc
@@ -760,13 +803,15 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
     cdef PacketC* pk = &s.pk[p]
     cdef int32_t out = s.path_ch[pk.path_at + pk.hop]
     cdef int32_t vc = pk.cls * s.levels + s.path_vcl[pk.path_at + pk.hop]      # = path_hop_vc
-    cdef int64_t qi = s.q_base[out] + vc * s.n_slots[s.ch_src[out]] + s.ch_slot[pk.in_ch]
+    cdef int32_t idx = vc * s.n_slots[s.ch_src[out]] + s.ch_slot[pk.in_ch]
+    cdef int64_t qi = s.q_base[out] + idx
     pk.next = -1
     if s.q_tail[qi] >= 0:
         s.pk[s.q_tail[qi]].next = p
     else:
         s.q_head[qi] = p
         s.q_busy[out] += 1
+        q_mark(s, out, idx)
     s.q_tail[qi] = p
     q_account(s, out, 1)
     return try_send(s, out)
@@ -786,6 +831,7 @@ cdef int enqueue_xfer(SimC* s, int32_t x) except -1 nogil:
     else:
         s.q_head[qi] = x
         s.q_busy[ch] += 1
+        q_mark(s, ch, vc * nslots + nslots - 1)
     s.q_tail[qi] = x
     return try_send(s, ch)
 
@@ -1144,6 +1190,9 @@ cdef class Engine:
         s.q_base = <int64_t*>self._arr("q_base", qbase, np.int64)
         s.q_head = <int32_t*>self._zeros("q_head", qsize.sum(), np.int32, -1)
         s.q_tail = <int32_t*>self._zeros("q_tail", qsize.sum(), np.int32, -1)
+        qwords = (qsize + 63) // 64
+        s.qb_base = <int64_t*>self._arr("qb_base", np.cumsum(qwords) - qwords, np.int64)
+        s.q_bits = <uint64_t*>self._zeros("q_bits", qwords.sum(), np.uint64)
         n_out = np.bincount(ch_src, minlength=N)
         s.node_out_ptr = <int64_t*>self._arr("node_out_ptr", np.concatenate([[0], np.cumsum(n_out)]), np.int64)
         s.node_out = <int32_t*>self._arr("node_out", np.argsort(ch_src, kind="stable"), np.int32)
