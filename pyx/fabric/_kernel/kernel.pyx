@@ -555,6 +555,9 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     first = ser if ser < s.flit_ps[ch] else s.flit_ps[ch]
     if tail_in + first > fin:          # cut-through: cannot finish before the tail has arrived
         fin = tail_in + first
+    if s.stall_since[ch] >= 0:         # a credit stall ends when the output sends anything (replays included)
+        s.s_stall_ps[ch] += s.now - s.stall_since[ch]
+        s.stall_since[ch] = -1
     s.tx_busy[ch] = 1
     s.s_busy_ps[ch] += fin - s.now
     s.s_units[ch] += 1
@@ -696,9 +699,6 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
         pk.next = -1
         s.cr_used[c] += flits
         s.s_pkts[ch] += 1
-        if s.stall_since[ch] >= 0:
-            s.s_stall_ps[ch] += s.now - s.stall_since[ch]
-            s.stall_since[ch] = -1
         i = (s.r_head[ch] + s.r_count[ch]) % s.ring_cap
         r = &s.ring[<int64_t>ch * s.ring_cap + i]
         r.pkt = p; r.seq = s.next_seq[ch]; r.tlp_B = pk.tlp_B; r.flits = flits
