@@ -162,7 +162,7 @@ class SwitchConfig(_Section):
     latency_ns: float = param(100.0, unit="ns", lo=0, hi=1e7,
                               help="port-to-port cut-through pipeline latency of a fabric switch",
                               reason="PCIe-class switches take 85-140 ns; UALink targets <= 150 ns (REFERENCE.md s2)")
-    arbitration: str = param("round_robin", unit="", choices=("round_robin", "fifo"),
+    arbitration: str = param("round_robin", unit="", choices=("round_robin", "fixed_priority"),
                              help="output arbitration among input ports' virtual output queues",
                              reason="round robin is starvation-free and what switch ASICs ship")
 

@@ -54,7 +54,7 @@ def kernel_params(cfg: FabricConfig) -> dict:
         read_tags=txn.read_tags, flit_B=phy.flit_bytes, flit_overhead_B=phy.flit_overhead_bytes,
         issue_ps=ps(ep.issue_ns), complete_ps=ps(ep.completion_ns), xlate_ps=ps(ep.translation_ns),
         p2p_ps=ps(ep.p2p_forward_ns), watchdog_ps=ps(cfg.sim.watchdog_ns), seed=cfg.sim.seed,
-        fifo_arb=int(cfg.switch.arbitration == "fifo"), e2e_window_B=ep.e2e_window_bytes,
+        fixed_priority=int(cfg.switch.arbitration == "fixed_priority"), e2e_window_B=ep.e2e_window_bytes,
     )
 
 

@@ -181,7 +181,7 @@ cdef struct SimC:
     ps_t xlate_ps
     ps_t p2p_ps
     ps_t watchdog_ps
-    int32_t fifo_arb
+    int32_t fixed_priority         # 1: serve queues in fixed order (lowest VC and port first), not round robin
     # ---- topology
     int32_t n_nodes
     int32_t n_ranks
@@ -693,7 +693,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             s.tx_free_vc[ch] = pk.vc
             s.tx_free_flits[ch] = flits
             s.s_payload_B[ch] += pk.payload_B
-        if not s.fifo_arb:
+        if not s.fixed_priority:
             s.rr[ch] = idx
         pk.vc = <int8_t>vc
         pk.next = -1
@@ -1154,7 +1154,7 @@ cdef class Engine:
         s.flit_B = int(p["flit_B"]); s.flitpay_B = int(p["flit_B"]) - int(p["flit_overhead_B"])
         s.issue_ps = int(p["issue_ps"]); s.complete_ps = int(p["complete_ps"])
         s.xlate_ps = int(p["xlate_ps"]); s.p2p_ps = int(p["p2p_ps"]); s.watchdog_ps = int(p["watchdog_ps"])
-        s.fifo_arb = int(p.get("fifo_arb", 0))
+        s.fixed_priority = int(p.get("fixed_priority", 0))
         seed = int(p["seed"])
 
         # ---- topology
