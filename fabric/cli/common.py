@@ -19,6 +19,10 @@ def friendly(fn):
         except FabricError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
+        except BrokenPipeError:            # output piped into `head` and closed: not an error of ours
+            import os
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
         except OSError as exc:
             click.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
             sys.exit(2)
