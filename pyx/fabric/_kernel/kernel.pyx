@@ -4,6 +4,9 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset
 from libc.math cimport log, log1p, expm1, ceil
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t, INT64_MAX
+
+cdef extern from "<stdlib.h>" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)     # C11: ChanC records start on cache lines
 cimport numpy as cnp
 import numpy as np
 
@@ -186,98 +189,28 @@ cdef struct SimC:
     int32_t n_nodes
     int32_t n_ranks
     int32_t n_ch
-    int32_t* ch_src
-    int32_t* ch_dst
-    int32_t* ch_rev
-    double* ps_per_tlpB            # serialisation per header+payload byte (flit framing folded in)
-    ps_t* ch_lat                   # PHY tx + rx + wire
-    ps_t* flit_ps                  # one flit's serialisation
-    double* log1m_ber              # log(1 - BER)
-    double* p_flit                 # probability that one flit is corrupted
     ps_t* node_lat
     int32_t* node_domain
-    int32_t* ch_slot               # input slot of ch at its destination node
     int32_t* n_slots               # per node: inputs + 1 injection slot
-    int64_t* q_base                # per ch: offset of its queues in q_head / q_tail
     int64_t* node_out_ptr          # CSR: channels leaving each node
     int32_t* node_out
     int64_t* pair_ptr
     int64_t* path_ptr
     int32_t* path_ch
     int8_t* path_vcl
+    # ---- per channel (types.pxd): state, counters, per (channel, VC) credits
+    ChanC* c                       # [ch]
+    CntC* k                        # [ch]
+    CvC* cvs                       # [ch*nvc+vc]
     # ---- queues (VOQ per output channel x VC x input slot; the injection slot holds transfers)
     int32_t* q_head
     int32_t* q_tail
-    int32_t* rr
-    int32_t* q_busy                # per ch: how many of its queues are non-empty (skips idle scans)
     uint64_t* q_bits               # per ch: bitmap of its non-empty queues (bit idx = vc * n_slots + slot)
-    int64_t* qb_base               # per ch: offset of its bitmap words in q_bits
-    ps_t* wake_at                  # per ch: time of its pending EV_WAKE (-1 none)
-    # ---- channel transmitter
-    int8_t* tx_busy
-    int32_t* tx_free_ch            # input buffer to free when the current unit is sent (-1 none)
-    int32_t* tx_free_vc
-    int32_t* tx_free_flits
-    int32_t* next_seq
     ReplayC* ring
     int32_t ring_cap
-    int32_t* r_head
-    int32_t* r_count
-    int32_t* r_sent
-    int32_t* r_flits
-    ps_t* rt_deadline              # replay timer: expiry while armed (re-arming moves it, pushes nothing)
-    int8_t* rt_armed
-    int8_t* rt_pending             # a replay-timer event for ch is in the heap
-    int32_t* replay_num
-    ps_t* down_until
-    int16_t* epoch
-    int64_t* cr_used               # [ch*nvc+vc] cumulative flits consumed
-    int64_t* cr_limit              # [ch*nvc+vc] cumulative flits allowed (last UpdateFC + pool)
-    ps_t* stall_since
-    int64_t* cum_tlp_B             # bytes put into flits so far (flit index for fault injection)
-    uint64_t* rng
-    double* next_err_bit           # stream position (bits) of the next bit error (geometric skip sampling)
-    # ---- channel receiver
-    int32_t* expected
-    int8_t* nak_sched
-    int32_t* ack_pending
-    int64_t* ack_gen
-    int8_t* ack_armed
-    int64_t* freed                 # [ch*nvc+vc] cumulative flits freed
-    int64_t* freed_sent            # [ch*nvc+vc] value of the last UpdateFC sent
-    int64_t* cr_gen
-    int8_t* cr_armed
-    int8_t* refresh_armed
-    int64_t* occ                   # [ch*nvc+vc] flits held in the receive buffer
-    # ---- faults: per channel sorted lists (CSR) and cursors
-    int64_t* f_ptr                 # [ch*3 + kind] .. +1
+    # ---- faults: per channel sorted lists (CSR; cursors in ChanC)
     int64_t* f_n
     int64_t* f_k
-    int64_t* f_cur                 # [ch*3 + kind]
-    int64_t* ack_sent_n            # Ack/Nak messages sent for ch
-    int64_t* upd_sent_n            # UpdateFC messages sent for ch
-    # ---- counters exposed to Python [ch]
-    int64_t* s_units               # units put on the wire, replays included
-    int64_t* s_pkts                # new packets
-    int64_t* s_tlp_B               # header + payload bytes put into flits, replays included
-    int64_t* s_payload_B           # payload of new packets
-    int64_t* s_busy_ps
-    int64_t* s_corrupt             # units that arrived corrupted
-    int64_t* s_flits_bad           # flits corrupted on the wire (BER and injected)
-    int64_t* s_naks
-    int64_t* s_acks
-    int64_t* s_replays             # replay passes (Nak or timeout)
-    int64_t* s_timeouts
-    int64_t* s_retrains
-    int64_t* s_stall_ps            # credit stall: output idle, packets waiting, no credits
-    int64_t* s_updates
-    int64_t* s_ctrl_lost
-    int64_t* s_dups                # duplicates discarded by the receiver
-    int64_t* s_qlen
-    int64_t* s_qmax
-    int64_t* s_qarea               # integral of queue length over time (packet x ps)
-    ps_t* s_qlast
-    int64_t* s_credit_err          # credits negative or above the pool, receive buffer overrun
     # ---- packets and transfers
     PacketC* pk
     int32_t pk_cap
@@ -336,10 +269,10 @@ cdef inline int32_t next_bit(uint64_t* bits, int32_t pos, int32_t nq) noexcept n
     return (w << 6) + __builtin_ctzll(word)
 
 cdef inline void q_mark(SimC* s, int32_t ch, int32_t idx) noexcept nogil:
-    s.q_bits[s.qb_base[ch] + (idx >> 6)] |= (<uint64_t>1) << (idx & 63)
+    s.q_bits[s.c[ch].qb_base + (idx >> 6)] |= (<uint64_t>1) << (idx & 63)
 
 cdef inline void q_unmark(SimC* s, int32_t ch, int32_t idx) noexcept nogil:
-    s.q_bits[s.qb_base[ch] + (idx >> 6)] &= ~((<uint64_t>1) << (idx & 63))
+    s.q_bits[s.c[ch].qb_base + (idx >> 6)] &= ~((<uint64_t>1) << (idx & 63))
 
 cdef inline int64_t cv(SimC* s, int32_t ch, int32_t vc) noexcept nogil:
     return <int64_t>ch * s.nvc + vc
@@ -357,11 +290,11 @@ cdef inline int32_t path_hop_vc(SimC* s, int32_t p, int32_t hop, int32_t cls) no
     return cls * s.levels + s.path_vcl[s.path_ptr[p] + hop]
 
 cdef inline void q_account(SimC* s, int32_t ch, int32_t delta) noexcept nogil:
-    s.s_qarea[ch] += s.s_qlen[ch] * (s.now - s.s_qlast[ch])
-    s.s_qlast[ch] = s.now
-    s.s_qlen[ch] += delta
-    if s.s_qlen[ch] > s.s_qmax[ch]:
-        s.s_qmax[ch] = s.s_qlen[ch]
+    s.k[ch].queue_area += s.k[ch].queue_len * (s.now - s.k[ch].qlast)
+    s.k[ch].qlast = s.now
+    s.k[ch].queue_len += delta
+    if s.k[ch].queue_len > s.k[ch].queue_max:
+        s.k[ch].queue_max = s.k[ch].queue_len
 
 cdef int32_t pkt_alloc(SimC* s) except -1 nogil:
     cdef int32_t i, old
@@ -399,13 +332,13 @@ cdef bint phy_corrupt(SimC* s, int32_t ch, int32_t tlp_B) noexcept nogil:
     cdef bint bad = False
     cdef double flit_bits = 8.0 * s.flit_B, start_bit, end_bit, f
     cdef int64_t f0, f1, i, lo, hi, n_end
-    f0 = s.cum_tlp_B[ch] // s.flitpay_B
-    start_bit = s.cum_tlp_B[ch] * flit_bits / s.flitpay_B
-    s.cum_tlp_B[ch] += tlp_B
-    f1 = (s.cum_tlp_B[ch] - 1) // s.flitpay_B
-    end_bit = s.cum_tlp_B[ch] * flit_bits / s.flitpay_B
-    i = s.f_cur[ch * 3 + F_FLIT]
-    n_end = s.f_ptr[ch * 3 + F_FLIT + 1]
+    f0 = s.c[ch].cum_tlp_B // s.flitpay_B
+    start_bit = s.c[ch].cum_tlp_B * flit_bits / s.flitpay_B
+    s.c[ch].cum_tlp_B += tlp_B
+    f1 = (s.c[ch].cum_tlp_B - 1) // s.flitpay_B
+    end_bit = s.c[ch].cum_tlp_B * flit_bits / s.flitpay_B
+    i = s.c[ch].f_cur[F_FLIT]
+    n_end = s.c[ch].f_end[F_FLIT]
     while i < n_end and s.f_n[i] <= f1:
         lo = s.f_n[i] if s.f_n[i] > f0 else f0
         hi = s.f_n[i] + s.f_k[i] - 1
@@ -413,81 +346,81 @@ cdef bint phy_corrupt(SimC* s, int32_t ch, int32_t tlp_B) noexcept nogil:
             hi = f1
         if hi >= lo:
             bad = True
-            s.s_flits_bad[ch] += hi - lo + 1
+            s.k[ch].flits_corrupted += hi - lo + 1
         if s.f_n[i] + s.f_k[i] - 1 > f1:     # the burst goes on into the next unit
             break
         i += 1
-    s.f_cur[ch * 3 + F_FLIT] = i
-    if s.log1m_ber[ch] < 0.0:
-        if s.next_err_bit[ch] < start_bit:      # (first use) errors are placed from the current position on
-            s.next_err_bit[ch] = start_bit + log(c_uniform(&s.rng[ch])) / s.log1m_ber[ch]
-        while s.next_err_bit[ch] < end_bit:
+    s.c[ch].f_cur[F_FLIT] = i
+    if s.c[ch].log1m_ber < 0.0:
+        if s.c[ch].next_err_bit < start_bit:      # (first use) errors are placed from the current position on
+            s.c[ch].next_err_bit = start_bit + log(c_uniform(&s.c[ch].rng)) / s.c[ch].log1m_ber
+        while s.c[ch].next_err_bit < end_bit:
             bad = True
-            s.s_flits_bad[ch] += 1
-            f = <double>(<int64_t>(s.next_err_bit[ch] / flit_bits) + 1)
-            s.next_err_bit[ch] = f * flit_bits + log(c_uniform(&s.rng[ch])) / s.log1m_ber[ch]
+            s.k[ch].flits_corrupted += 1
+            f = <double>(<int64_t>(s.c[ch].next_err_bit / flit_bits) + 1)
+            s.c[ch].next_err_bit = f * flit_bits + log(c_uniform(&s.c[ch].rng)) / s.c[ch].log1m_ber
     return bad
 
 
 cdef bint fault_take(SimC* s, int32_t ch, int kind, int64_t count) noexcept nogil:
     """True if the count-th message of this kind for ch is to be lost (injected fault)."""
-    cdef int64_t i = s.f_cur[ch * 3 + kind]
-    while i < s.f_ptr[ch * 3 + kind + 1] and s.f_n[i] < count:
+    cdef int64_t i = s.c[ch].f_cur[kind]
+    while i < s.c[ch].f_end[kind] and s.f_n[i] < count:
         i += 1
-    s.f_cur[ch * 3 + kind] = i
-    return i < s.f_ptr[ch * 3 + kind + 1] and s.f_n[i] == count
+    s.c[ch].f_cur[kind] = i
+    return i < s.c[ch].f_end[kind] and s.f_n[i] == count
 
 
 # ================================================================== data-link layer: control messages
 cdef int send_ctrl(SimC* s, int32_t ch, int kind, int32_t vc, int64_t value) except -1 nogil:
     """Ack/Nak/UpdateFC about data channel ch, carried in the DLP bytes of the next flit on the reverse channel."""
-    cdef int32_t rev = s.ch_rev[ch]
+    cdef int32_t rev = s.c[ch].ch_rev
     cdef bint lost = False
     if kind == C_UPDATEFC:
-        s.upd_sent_n[ch] += 1
-        s.s_updates[ch] += 1
-        lost = fault_take(s, ch, F_CREDIT, s.upd_sent_n[ch])
+        s.c[ch].upd_sent_n += 1
+        s.k[ch].updatefc += 1
+        lost = fault_take(s, ch, F_CREDIT, s.c[ch].upd_sent_n)
     else:
-        s.ack_sent_n[ch] += 1
+        s.c[ch].ack_sent_n += 1
         if kind == C_ACK:
-            s.s_acks[ch] += 1
+            s.k[ch].acks += 1
         else:
-            s.s_naks[ch] += 1
-        lost = fault_take(s, ch, F_ACK, s.ack_sent_n[ch])
-    if s.down_until[rev] > s.now:
+            s.k[ch].naks += 1
+        lost = fault_take(s, ch, F_ACK, s.c[ch].ack_sent_n)
+    if s.c[rev].down_until > s.now:
         lost = True
-    if not lost and s.p_flit[rev] > 0.0 and c_uniform(&s.rng[rev]) <= s.p_flit[rev]:
+    if not lost and s.c[rev].p_flit > 0.0 and c_uniform(&s.c[rev].rng) <= s.c[rev].p_flit:
         lost = True
     if lost:
-        s.s_ctrl_lost[ch] += 1
+        s.k[ch].ctrl_lost += 1
         return 0
-    c_push(&s.heap, s.now + s.flit_ps[rev] + s.ch_lat[rev], EV_CTRL_ARRIVE, ch, kind | (vc << 8), value,
-           s.epoch[ch])
+    c_push(&s.heap, s.now + s.c[rev].flit_ps + s.c[rev].ch_lat, EV_CTRL_ARRIVE, ch, kind | (vc << 8), value,
+           s.c[ch].epoch)
     return 0
 
 
 cdef int send_ack(SimC* s, int32_t ch) except -1 nogil:
-    s.ack_pending[ch] = 0
-    s.ack_armed[ch] = 0
-    s.ack_gen[ch] += 1
-    return send_ctrl(s, ch, C_ACK, 0, (s.expected[ch] - 1 + s.seq_mod) % s.seq_mod)
+    s.c[ch].ack_pending = 0
+    s.c[ch].ack_armed = 0
+    s.c[ch].ack_gen += 1
+    return send_ctrl(s, ch, C_ACK, 0, (s.c[ch].expected - 1 + s.seq_mod) % s.seq_mod)
 
 
 cdef int note_ack_due(SimC* s, int32_t ch) except -1 nogil:
-    s.ack_pending[ch] += 1
-    if s.ack_pending[ch] >= s.ack_every:
+    s.c[ch].ack_pending += 1
+    if s.c[ch].ack_pending >= s.ack_every:
         return send_ack(s, ch)
-    if not s.ack_armed[ch]:
-        s.ack_armed[ch] = 1
-        c_push(&s.heap, s.now + s.ack_ps, EV_ACK_TIMER, ch, 0, s.ack_gen[ch], 0)
+    if not s.c[ch].ack_armed:
+        s.c[ch].ack_armed = 1
+        c_push(&s.heap, s.now + s.ack_ps, EV_ACK_TIMER, ch, 0, s.c[ch].ack_gen, 0)
     return 0
 
 
 cdef int send_update(SimC* s, int32_t ch, int32_t vc) except -1 nogil:
-    s.freed_sent[cv(s, ch, vc)] = s.freed[cv(s, ch, vc)]
-    send_ctrl(s, ch, C_UPDATEFC, vc, s.freed[cv(s, ch, vc)])
-    if not s.refresh_armed[ch]:
-        s.refresh_armed[ch] = 1
+    s.cvs[cv(s, ch, vc)].freed_sent = s.cvs[cv(s, ch, vc)].freed
+    send_ctrl(s, ch, C_UPDATEFC, vc, s.cvs[cv(s, ch, vc)].freed)
+    if not s.c[ch].refresh_armed:
+        s.c[ch].refresh_armed = 1
         c_push(&s.heap, s.now + s.refresh_ps, EV_REFRESH, ch, 0, 0, 0)
     return 0
 
@@ -495,49 +428,49 @@ cdef int send_update(SimC* s, int32_t ch, int32_t vc) except -1 nogil:
 cdef int free_buffer(SimC* s, int32_t ch, int32_t vc, int32_t flits) except -1 nogil:
     """The receiver of ch frees buffer space: credits go back by UpdateFC (coalesced by count and timer)."""
     cdef int64_t i = cv(s, ch, vc)
-    s.occ[i] -= flits
-    if s.occ[i] < 0:
-        s.s_credit_err[ch] += 1
-    s.freed[i] += flits
-    if s.freed[i] - s.freed_sent[i] >= s.update_flits:
+    s.cvs[i].occ -= flits
+    if s.cvs[i].occ < 0:
+        s.k[ch].credit_errors += 1
+    s.cvs[i].freed += flits
+    if s.cvs[i].freed - s.cvs[i].freed_sent >= s.update_flits:
         return send_update(s, ch, vc)
-    if not s.cr_armed[ch]:
-        s.cr_armed[ch] = 1
-        c_push(&s.heap, s.now + s.update_ps, EV_CREDIT_TIMER, ch, 0, s.cr_gen[ch], 0)
+    if not s.c[ch].cr_armed:
+        s.c[ch].cr_armed = 1
+        c_push(&s.heap, s.now + s.update_ps, EV_CREDIT_TIMER, ch, 0, s.c[ch].cr_gen, 0)
     return 0
 
 
 # ================================================================== data-link layer: transmitter
 cdef int arm_replay_timer(SimC* s, int32_t ch) except -1 nogil:
-    s.rt_armed[ch] = 1
-    s.rt_deadline[ch] = s.now + s.replay_ps
-    if s.rt_pending[ch]:           # the pending event re-schedules itself at the new deadline
+    s.c[ch].rt_armed = 1
+    s.c[ch].rt_deadline = s.now + s.replay_ps
+    if s.c[ch].rt_pending:           # the pending event re-schedules itself at the new deadline
         return 0
-    s.rt_pending[ch] = 1
-    return c_push(&s.heap, s.rt_deadline[ch], EV_REPLAY_TIMER, ch, 0, 0, 0)
+    s.c[ch].rt_pending = 1
+    return c_push(&s.heap, s.c[ch].rt_deadline, EV_REPLAY_TIMER, ch, 0, 0, 0)
 
 
 cdef int retrain(SimC* s, int32_t ch) except -1 nogil:
     """Both directions of the link go down; units and messages in flight are lost; replay resumes after."""
     cdef int32_t c, k
-    s.s_retrains[ch] += 1
+    s.k[ch].retrains += 1
     for k in range(2):
-        c = ch if k == 0 else s.ch_rev[ch]
-        s.down_until[c] = s.now + s.retrain_ps
-        s.epoch[c] = <int16_t>(s.epoch[c] + 1)
-        s.r_sent[c] = 0
-        s.replay_num[c] = 0
-        s.rt_armed[c] = 0
+        c = ch if k == 0 else s.c[ch].ch_rev
+        s.c[c].down_until = s.now + s.retrain_ps
+        s.c[c].epoch = <int16_t>(s.c[c].epoch + 1)
+        s.c[c].r_sent = 0
+        s.c[c].replay_num = 0
+        s.c[c].rt_armed = 0
     return c_push(&s.heap, s.now + s.retrain_ps, EV_RETRAIN_DONE, ch, 0, 0, 0)
 
 
 cdef int start_replay(SimC* s, int32_t ch, bint timeout) except -1 nogil:
-    s.r_sent[ch] = 0
-    s.s_replays[ch] += 1
+    s.c[ch].r_sent = 0
+    s.k[ch].replays += 1
     if timeout:
-        s.s_timeouts[ch] += 1
-    s.replay_num[ch] += 1
-    if s.replay_num[ch] > s.replay_limit:
+        s.k[ch].replay_timeouts += 1
+    s.c[ch].replay_num += 1
+    if s.c[ch].replay_num > s.replay_limit:
         return retrain(s, ch)
     arm_replay_timer(s, ch)
     return try_send(s, ch)
@@ -545,29 +478,29 @@ cdef int start_replay(SimC* s, int32_t ch, bint timeout) except -1 nogil:
 
 cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogil:
     """Serialise one unit on ch and schedule its arrival (head) at the receiver."""
-    cdef ps_t ser = <ps_t>(r.tlp_B * s.ps_per_tlpB[ch] + 0.5)
+    cdef ps_t ser = <ps_t>(r.tlp_B * s.c[ch].ps_per_tlpB + 0.5)
     cdef ps_t fin = s.now + ser
     cdef ps_t head, first
     cdef bint bad
     if ser < 1:
         ser = 1
         fin = s.now + 1
-    first = ser if ser < s.flit_ps[ch] else s.flit_ps[ch]
+    first = ser if ser < s.c[ch].flit_ps else s.c[ch].flit_ps
     if tail_in + first > fin:          # cut-through: cannot finish before the tail has arrived
         fin = tail_in + first
-    if s.stall_since[ch] >= 0:         # a credit stall ends when the output sends anything (replays included)
-        s.s_stall_ps[ch] += s.now - s.stall_since[ch]
-        s.stall_since[ch] = -1
-    s.tx_busy[ch] = 1
-    s.s_busy_ps[ch] += fin - s.now
-    s.s_units[ch] += 1
-    s.s_tlp_B[ch] += r.tlp_B
+    if s.c[ch].stall_since >= 0:         # a credit stall ends when the output sends anything (replays included)
+        s.k[ch].credit_stall_ps += s.now - s.c[ch].stall_since
+        s.c[ch].stall_since = -1
+    s.c[ch].tx_busy = 1
+    s.k[ch].busy_ps += fin - s.now
+    s.k[ch].units += 1
+    s.k[ch].tlp_B += r.tlp_B
     bad = phy_corrupt(s, ch, r.tlp_B)
-    head = s.now + first + s.ch_lat[ch]
+    head = s.now + first + s.c[ch].ch_lat
     c_push(&s.heap, fin, EV_TX_DONE, ch, 0, 0, 0)
     c_push(&s.heap, head, EV_PKT_ARRIVE, ch, r.pkt,
-           (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((fin - s.now - first) << 33), s.epoch[ch])
-    if not s.rt_armed[ch]:
+           (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((fin - s.now - first) << 33), s.c[ch].epoch)
+    if not s.c[ch].rt_armed:
         arm_replay_timer(s, ch)
     return 0
 
@@ -582,31 +515,31 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     cdef PacketC* pk
     cdef XferC* xf
     cdef uint64_t* bits
-    if s.tx_busy[ch] or s.down_until[ch] > s.now:
+    if s.c[ch].tx_busy or s.c[ch].down_until > s.now:
         return 0
-    if s.r_sent[ch] < s.r_count[ch]:                                   # go-back-N replay in progress
-        r = &s.ring[<int64_t>ch * s.ring_cap + (s.r_head[ch] + s.r_sent[ch]) % s.ring_cap]
-        s.r_sent[ch] += 1
+    if s.c[ch].r_sent < s.c[ch].r_count:                                   # go-back-N replay in progress
+        r = &s.ring[<int64_t>ch * s.ring_cap + (s.c[ch].r_head + s.c[ch].r_sent) % s.ring_cap]
+        s.c[ch].r_sent += 1
         return send_unit(s, ch, r, 0)
-    if s.r_count[ch] >= s.window or s.q_busy[ch] == 0:
+    if s.c[ch].r_count >= s.window or s.c[ch].q_busy == 0:
         return 0
-    node = s.ch_src[ch]
+    node = s.c[ch].ch_src
     nslots = s.n_slots[node]
     nq = s.nvc * nslots
     seen = 0
-    start = s.rr[ch] + 1                  # rr in [-1, nq): start in [0, nq]
+    start = s.c[ch].rr + 1                  # rr in [-1, nq): start in [0, nq]
     if start >= nq:
         start -= nq
-    bits = &s.q_bits[s.qb_base[ch]]
+    bits = &s.q_bits[s.c[ch].qb_base]
     k = start                             # next bit to look at; the non-empty queues are visited in the
-    while seen < s.q_busy[ch]:            # order (rr + 1 + j) % nq, j = 0 .. nq-1, as a scan would
+    while seen < s.c[ch].q_busy:            # order (rr + 1 + j) % nq, j = 0 .. nq-1, as a scan would
         idx = next_bit(bits, k, nq)
         if idx < 0:                       # wrap around once (seen stops the scan before start again)
             idx = next_bit(bits, 0, nq)
             if idx < 0:
                 break
         k = idx + 1
-        qi = s.q_base[ch] + idx
+        qi = s.c[ch].q_base + idx
         seen += 1
         vc = idx // nslots
         slot = idx % nslots
@@ -629,10 +562,10 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
                     continue
             tlp = payload + s.hdr_B
             flits = pkt_flits(s, tlp)
-            if s.cr_limit[c] - s.cr_used[c] < flits:
+            if s.cvs[c].cr_limit - s.cvs[c].cr_used < flits:
                 credit_blocked = True
                 continue
-            if s.r_flits[ch] + flits > s.replay_cap_flits:
+            if s.c[ch].r_flits + flits > s.replay_cap_flits:
                 return 0
             p = pkt_alloc(s)
             pk = &s.pk[p]
@@ -650,7 +583,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
                 s.tags_free[xf.src] -= 1
             else:
                 xf.carved_B += payload
-                s.s_payload_B[ch] += payload
+                s.k[ch].payload_B += payload
                 if xf.kind == 0:
                     s.e2e_avail[<int64_t>xf.src * s.n_ranks + xf.dst] -= payload
             s.q_head[qi] = xf.next                                      # rotate or retire the transfer
@@ -667,9 +600,9 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
                 xf.queued = 0
                 xf.next = -1
                 if s.q_head[qi] < 0:
-                    s.q_busy[ch] -= 1
+                    s.c[ch].q_busy -= 1
                     q_unmark(s, ch, idx)
-            s.tx_free_ch[ch] = -1
+            s.c[ch].tx_free_ch = -1
         else:                                                           # a packet waiting in a VOQ
             p = s.q_head[qi]
             pk = &s.pk[p]
@@ -678,39 +611,39 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
                     next_ready = pk.ready_ps
                 continue
             flits = pk.flits
-            if s.cr_limit[c] - s.cr_used[c] < flits:
+            if s.cvs[c].cr_limit - s.cvs[c].cr_used < flits:
                 credit_blocked = True
                 continue
-            if s.r_flits[ch] + flits > s.replay_cap_flits:
+            if s.c[ch].r_flits + flits > s.replay_cap_flits:
                 return 0
             s.q_head[qi] = pk.next
             if pk.next < 0:
                 s.q_tail[qi] = -1
-                s.q_busy[ch] -= 1
+                s.c[ch].q_busy -= 1
                 q_unmark(s, ch, idx)
             q_account(s, ch, -1)
-            s.tx_free_ch[ch] = pk.in_ch
-            s.tx_free_vc[ch] = pk.vc
-            s.tx_free_flits[ch] = flits
-            s.s_payload_B[ch] += pk.payload_B
+            s.c[ch].tx_free_ch = pk.in_ch
+            s.c[ch].tx_free_vc = pk.vc
+            s.c[ch].tx_free_flits = flits
+            s.k[ch].payload_B += pk.payload_B
         if not s.fixed_priority:
-            s.rr[ch] = idx
+            s.c[ch].rr = idx
         pk.vc = <int8_t>vc
         pk.next = -1
-        s.cr_used[c] += flits
-        s.s_pkts[ch] += 1
-        i = (s.r_head[ch] + s.r_count[ch]) % s.ring_cap
+        s.cvs[c].cr_used += flits
+        s.k[ch].packets += 1
+        i = (s.c[ch].r_head + s.c[ch].r_count) % s.ring_cap
         r = &s.ring[<int64_t>ch * s.ring_cap + i]
-        r.pkt = p; r.seq = s.next_seq[ch]; r.tlp_B = pk.tlp_B; r.flits = flits
-        s.next_seq[ch] = (s.next_seq[ch] + 1) % s.seq_mod
-        s.r_count[ch] += 1
-        s.r_sent[ch] += 1
-        s.r_flits[ch] += flits
+        r.pkt = p; r.seq = s.c[ch].next_seq; r.tlp_B = pk.tlp_B; r.flits = flits
+        s.c[ch].next_seq = (s.c[ch].next_seq + 1) % s.seq_mod
+        s.c[ch].r_count += 1
+        s.c[ch].r_sent += 1
+        s.c[ch].r_flits += flits
         return send_unit(s, ch, r, pk.tail_ps)
-    if credit_blocked and s.stall_since[ch] < 0:
-        s.stall_since[ch] = s.now
-    if next_ready < INT64_MAX and not (s.now < s.wake_at[ch] <= next_ready):
-        s.wake_at[ch] = next_ready
+    if credit_blocked and s.c[ch].stall_since < 0:
+        s.c[ch].stall_since = s.now
+    if next_ready < INT64_MAX and not (s.now < s.c[ch].wake_at <= next_ready):
+        s.c[ch].wake_at = next_ready
         c_push(&s.heap, next_ready, EV_WAKE, ch, 0, 0, 0)
     return 0
 
@@ -722,33 +655,33 @@ cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
     cdef int32_t n, i
     cdef int64_t lim
     cdef ReplayC* r
-    if ev_flag(e) != s.epoch[ch]:
-        s.s_ctrl_lost[ch] += 1
+    if ev_flag(e) != s.c[ch].epoch:
+        s.k[ch].ctrl_lost += 1
         return 0
     if kind == C_UPDATEFC:
         lim = e.y + s.pool_flits
-        if lim > s.cr_limit[cv(s, ch, vc)]:
-            s.cr_limit[cv(s, ch, vc)] = lim
-        if s.cr_limit[cv(s, ch, vc)] - s.cr_used[cv(s, ch, vc)] > s.pool_flits:
-            s.s_credit_err[ch] += 1
+        if lim > s.cvs[cv(s, ch, vc)].cr_limit:
+            s.cvs[cv(s, ch, vc)].cr_limit = lim
+        if s.cvs[cv(s, ch, vc)].cr_limit - s.cvs[cv(s, ch, vc)].cr_used > s.pool_flits:
+            s.k[ch].credit_errors += 1
         return try_send(s, ch)
     # Ack or Nak: purge every unit up to and including sequence e.y
-    if s.r_count[ch] > 0:
-        n = <int32_t>((e.y - s.ring[<int64_t>ch * s.ring_cap + s.r_head[ch]].seq + s.seq_mod) % s.seq_mod) + 1
-        if n <= s.r_count[ch]:
+    if s.c[ch].r_count > 0:
+        n = <int32_t>((e.y - s.ring[<int64_t>ch * s.ring_cap + s.c[ch].r_head].seq + s.seq_mod) % s.seq_mod) + 1
+        if n <= s.c[ch].r_count:
             for i in range(n):
-                r = &s.ring[<int64_t>ch * s.ring_cap + (s.r_head[ch] + i) % s.ring_cap]
-                s.r_flits[ch] -= r.flits
-            s.r_head[ch] = (s.r_head[ch] + n) % s.ring_cap
-            s.r_count[ch] -= n
-            s.r_sent[ch] = s.r_sent[ch] - n if s.r_sent[ch] > n else 0
-            s.replay_num[ch] = 0
+                r = &s.ring[<int64_t>ch * s.ring_cap + (s.c[ch].r_head + i) % s.ring_cap]
+                s.c[ch].r_flits -= r.flits
+            s.c[ch].r_head = (s.c[ch].r_head + n) % s.ring_cap
+            s.c[ch].r_count -= n
+            s.c[ch].r_sent = s.c[ch].r_sent - n if s.c[ch].r_sent > n else 0
+            s.c[ch].replay_num = 0
             s.last_progress = s.now
-            if s.r_count[ch] > 0:
+            if s.c[ch].r_count > 0:
                 arm_replay_timer(s, ch)
             else:
-                s.rt_armed[ch] = 0
-    if kind == C_NAK and s.r_count[ch] > 0 and s.down_until[ch] <= s.now:
+                s.c[ch].rt_armed = 0
+    if kind == C_NAK and s.c[ch].r_count > 0 and s.c[ch].down_until <= s.now:
         return start_replay(s, ch, False)
     return try_send(s, ch)
 
@@ -761,36 +694,36 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
     cdef ps_t tail = s.now + (e.y >> 33)
     cdef int32_t d, node, p
     cdef PacketC* pk
-    if ev_flag(e) != s.epoch[ch]:              # lost in a retrain
+    if ev_flag(e) != s.c[ch].epoch:              # lost in a retrain
         return 0
     if bad:
-        s.s_corrupt[ch] += 1
-        if not s.nak_sched[ch]:
-            s.nak_sched[ch] = 1
-            send_ctrl(s, ch, C_NAK, 0, (s.expected[ch] - 1 + s.seq_mod) % s.seq_mod)
+        s.k[ch].corrupted += 1
+        if not s.c[ch].nak_sched:
+            s.c[ch].nak_sched = 1
+            send_ctrl(s, ch, C_NAK, 0, (s.c[ch].expected - 1 + s.seq_mod) % s.seq_mod)
         return 0
-    d = (s.expected[ch] - seq + s.seq_mod) % s.seq_mod
+    d = (s.c[ch].expected - seq + s.seq_mod) % s.seq_mod
     if d != 0:
         if d <= s.seq_mod // 2:                # already received: discard, acknowledge again
-            s.s_dups[ch] += 1
+            s.k[ch].dups_discarded += 1
             return note_ack_due(s, ch)
-        if not s.nak_sched[ch]:                # a unit went missing before this one
-            s.nak_sched[ch] = 1
-            send_ctrl(s, ch, C_NAK, 0, (s.expected[ch] - 1 + s.seq_mod) % s.seq_mod)
+        if not s.c[ch].nak_sched:                # a unit went missing before this one
+            s.c[ch].nak_sched = 1
+            send_ctrl(s, ch, C_NAK, 0, (s.c[ch].expected - 1 + s.seq_mod) % s.seq_mod)
         return 0
-    s.expected[ch] = (s.expected[ch] + 1) % s.seq_mod
-    s.nak_sched[ch] = 0
+    s.c[ch].expected = (s.c[ch].expected + 1) % s.seq_mod
+    s.c[ch].nak_sched = 0
     s.last_progress = s.now
     note_ack_due(s, ch)
     p = e.x
     pk = &s.pk[p]
-    s.occ[cv(s, ch, pk.vc)] += pk.flits
-    if s.occ[cv(s, ch, pk.vc)] > s.pool_flits:
-        s.s_credit_err[ch] += 1
+    s.cvs[cv(s, ch, pk.vc)].occ += pk.flits
+    if s.cvs[cv(s, ch, pk.vc)].occ > s.pool_flits:
+        s.k[ch].credit_errors += 1
     pk.in_ch = ch
     pk.tail_ps = tail
     pk.hop += 1
-    node = s.ch_dst[ch]
+    node = s.c[ch].ch_dst
     if pk.hop >= pk.path_n:
         return c_push(&s.heap, tail, EV_DELIVER, ch, p, 0, 0)
     pk.ready_ps = s.now + s.node_lat[node]
@@ -803,14 +736,14 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
     cdef PacketC* pk = &s.pk[p]
     cdef int32_t out = s.path_ch[pk.path_at + pk.hop]
     cdef int32_t vc = pk.cls * s.levels + s.path_vcl[pk.path_at + pk.hop]      # = path_hop_vc
-    cdef int32_t idx = vc * s.n_slots[s.ch_src[out]] + s.ch_slot[pk.in_ch]
-    cdef int64_t qi = s.q_base[out] + idx
+    cdef int32_t idx = vc * s.n_slots[s.c[out].ch_src] + s.c[pk.in_ch].ch_slot
+    cdef int64_t qi = s.c[out].q_base + idx
     pk.next = -1
     if s.q_tail[qi] >= 0:
         s.pk[s.q_tail[qi]].next = p
     else:
         s.q_head[qi] = p
-        s.q_busy[out] += 1
+        s.c[out].q_busy += 1
         q_mark(s, out, idx)
     s.q_tail[qi] = p
     q_account(s, out, 1)
@@ -822,15 +755,15 @@ cdef int enqueue_xfer(SimC* s, int32_t x) except -1 nogil:
     cdef XferC* xf = &s.xf[x]
     cdef int32_t ch = path_hop_ch(s, xf.path, 0)
     cdef int32_t vc = path_hop_vc(s, xf.path, 0, xf.cls)
-    cdef int32_t nslots = s.n_slots[s.ch_src[ch]]
-    cdef int64_t qi = s.q_base[ch] + vc * nslots + nslots - 1
+    cdef int32_t nslots = s.n_slots[s.c[ch].ch_src]
+    cdef int64_t qi = s.c[ch].q_base + vc * nslots + nslots - 1
     xf.queued = 1
     xf.next = -1
     if s.q_tail[qi] >= 0:
         s.xf[s.q_tail[qi]].next = x
     else:
         s.q_head[qi] = x
-        s.q_busy[ch] += 1
+        s.c[ch].q_busy += 1
         q_mark(s, ch, vc * nslots + nslots - 1)
     s.q_tail[qi] = x
     return try_send(s, ch)
@@ -859,7 +792,7 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
     cdef int64_t i
     free_buffer(s, e.ch, pk.vc, pk.flits)
     if pk.kind == PK_DATA:         # the bytes land in the memory of the node the packet actually reached
-        xf.csum += content_sum(s.ch_dst[e.ch], xf.src, pk.offset_B, pk.payload_B)
+        xf.csum += content_sum(s.c[e.ch].ch_dst, xf.src, pk.offset_B, pk.payload_B)
     if pk.fseq == xf.fseq_expect:
         xf.fseq_expect += 1
         s.delivered += 1
@@ -915,14 +848,14 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
     cdef int64_t tlp = nbytes + <int64_t>npk * s.hdr_B
     for h in range(n):
         ch = path_hop_ch(s, p, h)
-        lat += s.ch_lat[ch]
+        lat += s.c[ch].ch_lat
         if h + 1 < n:
-            lat += s.node_lat[s.ch_dst[ch]]
-        if s.ps_per_tlpB[ch] > worst:
-            worst = s.ps_per_tlpB[ch]
+            lat += s.node_lat[s.c[ch].ch_dst]
+        if s.c[ch].ps_per_tlpB > worst:
+            worst = s.c[ch].ps_per_tlpB
     ser = <ps_t>(tlp * worst + 0.5)
     pkt_ser = <ps_t>(min(<int64_t>s.maxp_B + s.hdr_B, tlp) * worst + 0.5)
-    f = s.flit_ps[first_ch]
+    f = s.c[first_ch].flit_ps
     t = start
     if occupy and s.an_free[first_ch] > t:
         t = s.an_free[first_ch]
@@ -1037,16 +970,16 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
         if typ == EV_PKT_ARRIVE:
             on_arrive(s, &e)
         elif typ == EV_TX_DONE:
-            s.tx_busy[ch] = 0
-            if s.tx_free_ch[ch] >= 0:
-                free_buffer(s, s.tx_free_ch[ch], s.tx_free_vc[ch], s.tx_free_flits[ch])
-                s.tx_free_ch[ch] = -1
+            s.c[ch].tx_busy = 0
+            if s.c[ch].tx_free_ch >= 0:
+                free_buffer(s, s.c[ch].tx_free_ch, s.c[ch].tx_free_vc, s.c[ch].tx_free_flits)
+                s.c[ch].tx_free_ch = -1
             try_send(s, ch)
         elif typ == EV_CTRL_ARRIVE:
             on_ctrl(s, &e)
         elif typ == EV_WAKE:
-            if s.wake_at[ch] == s.now:
-                s.wake_at[ch] = -1
+            if s.c[ch].wake_at == s.now:
+                s.c[ch].wake_at = -1
                 try_send(s, ch)
         elif typ == EV_DELIVER:
             on_deliver(s, &e)
@@ -1058,36 +991,36 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
         elif typ == EV_XFER_INJECT:
             on_inject(s, e.x)
         elif typ == EV_ACK_TIMER:
-            if s.ack_armed[ch] and e.y == s.ack_gen[ch]:
-                s.ack_armed[ch] = 0
-                if s.ack_pending[ch] > 0:
+            if s.c[ch].ack_armed and e.y == s.c[ch].ack_gen:
+                s.c[ch].ack_armed = 0
+                if s.c[ch].ack_pending > 0:
                     send_ack(s, ch)
         elif typ == EV_REPLAY_TIMER:
-            s.rt_pending[ch] = 0
-            if s.rt_armed[ch] and s.now < s.rt_deadline[ch]:
-                s.rt_pending[ch] = 1
-                c_push(&s.heap, s.rt_deadline[ch], EV_REPLAY_TIMER, ch, 0, 0, 0)
-            elif s.rt_armed[ch]:
-                s.rt_armed[ch] = 0
-                if s.r_count[ch] > 0 and s.down_until[ch] <= s.now:
+            s.c[ch].rt_pending = 0
+            if s.c[ch].rt_armed and s.now < s.c[ch].rt_deadline:
+                s.c[ch].rt_pending = 1
+                c_push(&s.heap, s.c[ch].rt_deadline, EV_REPLAY_TIMER, ch, 0, 0, 0)
+            elif s.c[ch].rt_armed:
+                s.c[ch].rt_armed = 0
+                if s.c[ch].r_count > 0 and s.c[ch].down_until <= s.now:
                     start_replay(s, ch, True)
         elif typ == EV_CREDIT_TIMER:
-            if s.cr_armed[ch] and e.y == s.cr_gen[ch]:
-                s.cr_armed[ch] = 0
+            if s.c[ch].cr_armed and e.y == s.c[ch].cr_gen:
+                s.c[ch].cr_armed = 0
                 for vc in range(s.nvc):
-                    if s.freed[cv(s, ch, vc)] != s.freed_sent[cv(s, ch, vc)]:
+                    if s.cvs[cv(s, ch, vc)].freed != s.cvs[cv(s, ch, vc)].freed_sent:
                         send_update(s, ch, vc)
         elif typ == EV_REFRESH:
             # periodic UpdateFC; skipped (and not re-armed) when it could not change the sender's view
-            s.refresh_armed[ch] = 0
+            s.c[ch].refresh_armed = 0
             for vc in range(s.nvc):
-                if s.cr_limit[cv(s, ch, vc)] < s.freed[cv(s, ch, vc)] + s.pool_flits:
+                if s.cvs[cv(s, ch, vc)].cr_limit < s.cvs[cv(s, ch, vc)].freed + s.pool_flits:
                     send_update(s, ch, vc)
         elif typ == EV_RETRAIN_DONE:
             for vc in range(2):
-                ch = e.ch if vc == 0 else s.ch_rev[e.ch]
-                if s.down_until[ch] <= s.now:
-                    if s.r_count[ch] > 0:
+                ch = e.ch if vc == 0 else s.c[e.ch].ch_rev
+                if s.c[ch].down_until <= s.now:
+                    if s.c[ch].r_count > 0:
                         arm_replay_timer(s, ch)
                     try_send(s, ch)
         elif typ == EV_FORCE_RETRAIN:
@@ -1119,6 +1052,7 @@ cdef class Engine:
         free(self.s.pk)
         free(self.s.xf)
         free(self.s.ring)
+        free(self.s.c)
 
     # ---- array plumbing: keep a contiguous copy alive and hand its pointer to C
     cdef void* _arr(self, str name, object values, object dtype):
@@ -1137,6 +1071,7 @@ cdef class Engine:
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays."""
         cdef SimC* s = &self.s
         cdef int32_t C, N, R, V, n, i
+        cdef ChanC* cc
         s.analytic = analytic
         s.levels = int(topo["vc_levels"])
         s.nvc = 2 * s.levels
@@ -1164,16 +1099,18 @@ cdef class Engine:
         N = s.n_nodes = len(topo["node_latency_ps"])
         R = s.n_ranks = int(topo["n_ranks"])
         V = s.nvc
-        s.ch_src = <int32_t*>self._arr("ch_src", ch_src, np.int32)
-        s.ch_dst = <int32_t*>self._arr("ch_dst", ch_dst, np.int32)
-        s.ch_rev = <int32_t*>self._arr("ch_rev", topo["ch_rev"], np.int32)
+        s.c = <ChanC*>aligned_alloc(64, <size_t>max(C, 1) * sizeof(ChanC))
+        if s.c == NULL:
+            raise MemoryError("channel state")
+        memset(s.c, 0, <size_t>max(C, 1) * sizeof(ChanC))
+        ch_rev = np.asarray(topo["ch_rev"], np.int32)
         ppb = np.asarray(topo["ch_ps_per_byte"], np.float64)
-        s.ps_per_tlpB = <double*>self._arr("ps_per_tlpB", ppb * s.flit_B / s.flitpay_B, np.float64)
-        s.ch_lat = <ps_t*>self._arr("ch_lat", topo["ch_latency_ps"], np.int64)
-        s.flit_ps = <ps_t*>self._arr("flit_ps", np.maximum(np.rint(ppb * s.flit_B), 1), np.int64)
+        ps_per_tlpB = ppb * s.flit_B / s.flitpay_B
+        ch_lat = np.asarray(topo["ch_latency_ps"], np.int64)
+        flit_ps = np.maximum(np.rint(ppb * s.flit_B), 1).astype(np.int64)
         ber = np.asarray(topo["ch_ber"], np.float64)
-        s.log1m_ber = <double*>self._arr("log1m_ber", np.log1p(-ber), np.float64)
-        s.p_flit = <double*>self._arr("p_flit", -np.expm1(8.0 * s.flit_B * np.log1p(-ber)), np.float64)
+        log1m_ber = np.log1p(-ber)
+        p_flit = -np.expm1(8.0 * s.flit_B * np.log1p(-ber))
         s.node_lat = <ps_t*>self._arr("node_lat", topo["node_latency_ps"], np.int64)
         s.node_domain = <int32_t*>self._arr("node_domain", topo.get("node_domain", np.zeros(N)), np.int32)
         # input slots: each channel's index among its destination's incoming channels; one extra injection slot
@@ -1182,16 +1119,14 @@ cdef class Engine:
         slot = np.empty(C, np.int32)
         starts = np.cumsum(n_in) - n_in
         slot[order] = np.arange(C, dtype=np.int32) - np.repeat(starts, n_in).astype(np.int32)
-        s.ch_slot = <int32_t*>self._arr("ch_slot", slot, np.int32)
         nslots = n_in + 1
         s.n_slots = <int32_t*>self._arr("n_slots", nslots, np.int32)
         qsize = V * nslots[ch_src].astype(np.int64)
         qbase = (np.cumsum(qsize) - qsize).astype(np.int64)
-        s.q_base = <int64_t*>self._arr("q_base", qbase, np.int64)
         s.q_head = <int32_t*>self._zeros("q_head", qsize.sum(), np.int32, -1)
         s.q_tail = <int32_t*>self._zeros("q_tail", qsize.sum(), np.int32, -1)
         qwords = (qsize + 63) // 64
-        s.qb_base = <int64_t*>self._arr("qb_base", np.cumsum(qwords) - qwords, np.int64)
+        qb_base = (np.cumsum(qwords) - qwords).astype(np.int64)
         s.q_bits = <uint64_t*>self._zeros("q_bits", qwords.sum(), np.uint64)
         n_out = np.bincount(ch_src, minlength=N)
         s.node_out_ptr = <int64_t*>self._arr("node_out_ptr", np.concatenate([[0], np.cumsum(n_out)]), np.int64)
@@ -1201,61 +1136,26 @@ cdef class Engine:
         s.path_ch = <int32_t*>self._arr("path_ch", topo["path_ch"], np.int32)
         s.path_vcl = <int8_t*>self._arr("path_vcl", topo["path_vcl"], np.int8)
 
-        # ---- per-channel state
-        s.rr = <int32_t*>self._zeros("rr", C, np.int32, -1)
-        s.q_busy = <int32_t*>self._zeros("q_busy", C, np.int32)
-        s.wake_at = <ps_t*>self._zeros("wake_at", C, np.int64, -1)
-        s.tx_busy = <int8_t*>self._zeros("tx_busy", C, np.int8)
-        s.tx_free_ch = <int32_t*>self._zeros("tx_free_ch", C, np.int32, -1)
-        s.tx_free_vc = <int32_t*>self._zeros("tx_free_vc", C, np.int32)
-        s.tx_free_flits = <int32_t*>self._zeros("tx_free_flits", C, np.int32)
-        s.next_seq = <int32_t*>self._zeros("next_seq", C, np.int32)
+        # ---- per-channel state (ChanC records; counters and per-VC credits as int64 tables viewed as structs)
+        # one splitmix stream per channel, derived from the seed and the channel id
+        rng = [(seed * 0x9E3779B97F4A7C15 + (c + 1) * 0xD1B54A32D192ED03) & 0xFFFFFFFFFFFFFFFF for c in range(C)]
+        for i in range(C):
+            cc = &s.c[i]
+            cc.wake_at = -1; cc.stall_since = -1; cc.rr = -1; cc.tx_free_ch = -1; cc.next_err_bit = -1.0
+            cc.q_base = qbase[i]; cc.qb_base = qb_base[i]
+            cc.ch_src = ch_src[i]; cc.ch_dst = ch_dst[i]; cc.ch_rev = ch_rev[i]; cc.ch_slot = slot[i]
+            cc.ps_per_tlpB = ps_per_tlpB[i]; cc.flit_ps = flit_ps[i]; cc.ch_lat = ch_lat[i]
+            cc.log1m_ber = log1m_ber[i]; cc.p_flit = p_flit[i]; cc.rng = <uint64_t>rng[i]
         s.ring = <ReplayC*>calloc(<size_t>C * s.ring_cap, sizeof(ReplayC))
         if s.ring == NULL:
             raise MemoryError("replay buffers")
-        s.r_head = <int32_t*>self._zeros("r_head", C, np.int32)
-        s.r_count = <int32_t*>self._zeros("r_count", C, np.int32)
-        s.r_sent = <int32_t*>self._zeros("r_sent", C, np.int32)
-        s.r_flits = <int32_t*>self._zeros("r_flits", C, np.int32)
-        s.rt_deadline = <ps_t*>self._zeros("rt_deadline", C, np.int64)
-        s.rt_pending = <int8_t*>self._zeros("rt_pending", C, np.int8)
-        s.rt_armed = <int8_t*>self._zeros("rt_armed", C, np.int8)
-        s.replay_num = <int32_t*>self._zeros("replay_num", C, np.int32)
-        s.down_until = <ps_t*>self._zeros("down_until", C, np.int64)
-        s.epoch = <int16_t*>self._zeros("epoch", C, np.int16)
-        s.cr_used = <int64_t*>self._zeros("cr_used", C * V, np.int64)
-        s.cr_limit = <int64_t*>self._zeros("cr_limit", C * V, np.int64, s.pool_flits)
-        s.stall_since = <ps_t*>self._zeros("stall_since", C, np.int64, -1)
-        s.cum_tlp_B = <int64_t*>self._zeros("cum_tlp_B", C, np.int64)
-        # one splitmix stream per channel, derived from the seed and the channel id
-        rng = np.array([(seed * 0x9E3779B97F4A7C15 + (c + 1) * 0xD1B54A32D192ED03) & 0xFFFFFFFFFFFFFFFF
-                        for c in range(C)], dtype=np.uint64)
-        s.rng = <uint64_t*>self._arr("rng", rng, np.uint64)
-        s.next_err_bit = <double*>self._zeros("next_err_bit", C, np.float64, -1.0)
-        s.expected = <int32_t*>self._zeros("expected", C, np.int32)
-        s.nak_sched = <int8_t*>self._zeros("nak_sched", C, np.int8)
-        s.ack_pending = <int32_t*>self._zeros("ack_pending", C, np.int32)
-        s.ack_gen = <int64_t*>self._zeros("ack_gen", C, np.int64)
-        s.ack_armed = <int8_t*>self._zeros("ack_armed", C, np.int8)
-        s.freed = <int64_t*>self._zeros("freed", C * V, np.int64)
-        s.freed_sent = <int64_t*>self._zeros("freed_sent", C * V, np.int64)
-        s.cr_gen = <int64_t*>self._zeros("cr_gen", C, np.int64)
-        s.cr_armed = <int8_t*>self._zeros("cr_armed", C, np.int8)
-        s.refresh_armed = <int8_t*>self._zeros("refresh_armed", C, np.int8)
-        s.occ = <int64_t*>self._zeros("occ", C * V, np.int64)
-        s.ack_sent_n = <int64_t*>self._zeros("ack_sent_n", C, np.int64)
-        s.upd_sent_n = <int64_t*>self._zeros("upd_sent_n", C, np.int64)
-        for name in COUNTERS:
-            self._zeros("c_" + name, C, np.int64)
-        s.s_units = self._ptr("c_units"); s.s_pkts = self._ptr("c_packets"); s.s_tlp_B = self._ptr("c_tlp_B")
-        s.s_payload_B = self._ptr("c_payload_B"); s.s_busy_ps = self._ptr("c_busy_ps")
-        s.s_corrupt = self._ptr("c_corrupted"); s.s_flits_bad = self._ptr("c_flits_corrupted"); s.s_naks = self._ptr("c_naks"); s.s_acks = self._ptr("c_acks")
-        s.s_replays = self._ptr("c_replays"); s.s_timeouts = self._ptr("c_replay_timeouts")
-        s.s_retrains = self._ptr("c_retrains"); s.s_stall_ps = self._ptr("c_credit_stall_ps")
-        s.s_updates = self._ptr("c_updatefc"); s.s_ctrl_lost = self._ptr("c_ctrl_lost")
-        s.s_dups = self._ptr("c_dups_discarded"); s.s_qlen = self._ptr("c_queue_len")
-        s.s_qmax = self._ptr("c_queue_max"); s.s_qarea = self._ptr("c_queue_area"); s.s_qlast = self._ptr("c_qlast")
-        s.s_credit_err = self._ptr("c_credit_errors")
+        assert sizeof(ChanC) == 256 and sizeof(CntC) == 8 * 24 and sizeof(CvC) == 8 * len(CV_COLS)
+        cvt = np.zeros((max(C * V, 1), sizeof(CvC) // 8), np.int64)
+        cvt[:, CV_COLS.index("cr_limit")] = s.pool_flits
+        self._keep["cv"] = cvt
+        s.cvs = <CvC*>cnp.PyArray_DATA(cvt)
+        self._keep["k"] = np.zeros((max(C, 1), sizeof(CntC) // 8), np.int64)
+        s.k = <CntC*>cnp.PyArray_DATA(self._keep["k"])
 
         # ---- packets
         s.pk_cap = 1024
@@ -1358,9 +1258,9 @@ cdef class Engine:
         n = path_len(s, p)
         for h in range(n):
             ch = path_hop_ch(s, p, h)
-            t += s.ch_lat[ch] + s.flit_ps[ch]
+            t += s.c[ch].ch_lat + s.c[ch].flit_ps
             if h + 1 < n:
-                t += s.node_lat[s.ch_dst[ch]]
+                t += s.node_lat[s.c[ch].ch_dst]
         return t
 
     def add_fault(self, int kind, int ch, int64_t n, int64_t k=1):
@@ -1373,12 +1273,14 @@ cdef class Engine:
 
     def _install_faults(self):
         cdef SimC* s = &self.s
+        cdef int64_t i
         C = s.n_ch
         rows = sorted((ch, kind, n, k) for kind, ch, n, k in self._faults if kind != FAULT_RETRAIN)
         keys = np.array([ch * 3 + kind for ch, kind, n, k in rows], np.int64)
         ptr = np.searchsorted(keys, np.arange(3 * C + 1), side="left").astype(np.int64)
-        s.f_ptr = <int64_t*>self._arr("f_ptr", ptr, np.int64)
-        s.f_cur = <int64_t*>self._arr("f_cur", ptr[:3 * C].copy(), np.int64)
+        for i in range(3 * C):
+            s.c[i // 3].f_cur[i % 3] = ptr[i]
+            s.c[i // 3].f_end[i % 3] = ptr[i + 1]
         s.f_n = <int64_t*>self._arr("f_n", [r[2] for r in rows], np.int64)
         s.f_k = <int64_t*>self._arr("f_k", [max(r[3], 1) for r in rows], np.int64)
         for kind, ch, n, k in self._faults:
@@ -1415,8 +1317,10 @@ cdef class Engine:
         return self.s.heap.n
 
     def counters(self):
-        """Per-channel counters as zero-copy int64 views (copy them to keep a snapshot)."""
-        return {name: self._keep["c_" + name] for name in COUNTERS}
+        """Per-channel counters as zero-copy int64 views: strided columns of the CntC table, whose base keeps it
+        alive (copy them to keep a snapshot)."""
+        k = self._keep["k"][:self.s.n_ch]
+        return {name: k[:, CNT_COLS.index(name)] for name in COUNTERS}
 
     def totals(self):
         s = &self.s
@@ -1428,17 +1332,22 @@ cdef class Engine:
 
     def link_state(self):
         """Data-link state at this moment, for end-of-run invariant checks (copies)."""
+        cdef int32_t i
         V = self.s.nvc
         C = self.s.n_ch
-        return dict(
-            credits_available=(self._keep["cr_limit"] - self._keep["cr_used"]).reshape(C, V).copy(),
+        n = max(C, 1)
+        cvt = self._keep["cv"]
+        out = dict(
+            credits_available=(cvt[:, CV_COLS.index("cr_limit")] - cvt[:, CV_COLS.index("cr_used")]).reshape(C, V),
             credit_pool=self.s.pool_flits,
-            replay_count=self._keep["r_count"].copy(),
-            buffer_occupancy=self._keep["occ"].reshape(C, V).copy(),
-            expected_seq=self._keep["expected"].copy(),
-            next_seq=self._keep["next_seq"].copy(),
-            down_until_ps=self._keep["down_until"].copy(),
-        )
+            replay_count=np.zeros(n, np.int32), buffer_occupancy=cvt[:, CV_COLS.index("occ")].reshape(C, V).copy(),
+            expected_seq=np.zeros(n, np.int32), next_seq=np.zeros(n, np.int32), down_until_ps=np.zeros(n, np.int64))
+        for i in range(C):
+            out["replay_count"][i] = self.s.c[i].r_count
+            out["expected_seq"][i] = self.s.c[i].expected
+            out["next_seq"][i] = self.s.c[i].next_seq
+            out["down_until_ps"][i] = self.s.c[i].down_until
+        return out
 
     def transfers(self):
         """Per transfer: src, dst, bytes total/delivered, status (0 ok, 1 unsupported request), start ps."""
@@ -1459,14 +1368,19 @@ cdef class Engine:
         rows = []
         cdef int32_t ch
         for ch in range(self.s.n_ch):
-            if self.s.r_count[ch] or self.s.s_qlen[ch]:
-                rows.append(dict(channel=ch, unacked=self.s.r_count[ch], queued=self.s.s_qlen[ch],
-                                 credits=[self.s.cr_limit[cv(&self.s, ch, v)] - self.s.cr_used[cv(&self.s, ch, v)]
+            if self.s.c[ch].r_count or self.s.k[ch].queue_len:
+                rows.append(dict(channel=ch, unacked=self.s.c[ch].r_count, queued=self.s.k[ch].queue_len,
+                                 credits=[self.s.cvs[cv(&self.s, ch, v)].cr_limit - self.s.cvs[cv(&self.s, ch, v)].cr_used
                                           for v in range(self.s.nvc)],
-                                 down=self.s.down_until[ch] > self.s.now))
+                                 down=self.s.c[ch].down_until > self.s.now))
         return rows[:limit]
 
 
 COUNTERS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "corrupted", "flits_corrupted", "naks", "acks", "replays",
             "replay_timeouts", "retrains", "credit_stall_ps", "updatefc", "ctrl_lost", "dups_discarded",
             "queue_len", "queue_max", "queue_area", "qlast", "credit_errors")
+# column order of the CntC and CvC records (types.pxd) in their int64 tables
+CNT_COLS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "queue_len", "queue_max", "queue_area", "qlast", "acks",
+            "updatefc", "credit_stall_ps", "corrupted", "flits_corrupted", "naks", "replays", "replay_timeouts",
+            "retrains", "ctrl_lost", "dups_discarded", "credit_errors")
+CV_COLS = ("cr_used", "cr_limit", "freed", "freed_sent", "occ")

@@ -82,3 +82,92 @@ cdef struct ReplayC:
     int32_t seq                # sequence number it was sent with
     int32_t tlp_B              # header + payload bytes (timing on resend)
     int32_t flits              # replay buffer slots
+
+# ------------------------------------------------------------------ per-channel state (array of structs)
+# Everything one channel's transmitter, PHY and receiver touch per unit sits in one 256 B record (four cache lines,
+# 64 B aligned) instead of ~45 parallel arrays (one line each per access). Line 1-2: transmitter; line 3: PHY and
+# fault cursors; line 4: receiver. Counters exposed to Python are a separate record (CntC), per-(channel, VC)
+# credit state a third (CvC).
+cdef struct ChanC:
+    # -- line 1: transmitter, replay buffer
+    ps_t down_until            # link down (retrain) until then
+    ps_t stall_since           # start of the current credit stall (-1: none)
+    ps_t wake_at               # time of its pending EV_WAKE (-1: none)
+    ps_t rt_deadline           # replay timer: expiry while armed (re-arming moves it, pushes nothing)
+    int64_t q_base             # offset of its queues in q_head / q_tail
+    int64_t qb_base            # offset of its bitmap words in q_bits
+    int32_t r_head             # replay ring: oldest unacknowledged unit
+    int32_t r_count            # units unacknowledged
+    int32_t r_sent             # of those, sent since the last replay start
+    int32_t r_flits            # replay buffer slots used
+    # -- line 2: transmitter, arbitration, link parameters
+    int32_t next_seq           # sequence number of the next new unit
+    int32_t q_busy             # how many of its queues are non-empty (skips idle scans)
+    int32_t rr                 # round-robin pointer (last queue served)
+    int32_t replay_num         # replays without progress (retrain past replay_limit)
+    int32_t tx_free_ch         # input buffer to free when the current unit is sent (-1 none)
+    int32_t tx_free_vc
+    int32_t tx_free_flits
+    int32_t ch_src             # node it leaves
+    double ps_per_tlpB         # serialisation per header+payload byte (flit framing folded in)
+    ps_t flit_ps               # one flit's serialisation
+    ps_t ch_lat                # PHY tx + rx + wire
+    int16_t epoch              # link epoch (messages of an older epoch were lost in a retrain)
+    int8_t tx_busy             # serialising a unit
+    int8_t rt_armed            # replay timer armed
+    int8_t rt_pending          # a replay-timer event for it is in the heap
+    int8_t _pad2[3]
+    # -- line 3: PHY (bit errors, injected flit faults) and fault cursors
+    int64_t cum_tlp_B          # bytes put into flits so far (flit index for fault injection)
+    double next_err_bit        # stream position (bits) of the next bit error (geometric skip sampling)
+    uint64_t rng               # splitmix64 state
+    double log1m_ber           # log(1 - BER)
+    double p_flit              # probability that one flit is corrupted
+    int32_t f_cur[3]           # per fault kind (F_*): next entry of its sorted fault list
+    int32_t f_end[3]           # per fault kind: end of its list
+    # -- line 4: receiver
+    int64_t ack_gen            # Ack timer generation
+    int64_t cr_gen             # credit timer generation
+    int64_t ack_sent_n         # Ack/Nak messages sent for it
+    int64_t upd_sent_n         # UpdateFC messages sent for it
+    int32_t expected           # next sequence number it accepts
+    int32_t ack_pending        # accepted units not yet acknowledged
+    int32_t ch_dst             # node it reaches
+    int32_t ch_rev             # channel of the reverse direction
+    int32_t ch_slot            # its input slot at ch_dst
+    int8_t nak_sched           # a Nak was sent; no other until an in-order unit is accepted
+    int8_t ack_armed
+    int8_t cr_armed
+    int8_t refresh_armed
+    int8_t _pad4[8]
+
+cdef struct CntC:              # counters exposed to Python (one int64 column each: strided numpy views)
+    int64_t units              # units put on the wire, replays included
+    int64_t packets            # new packets
+    int64_t tlp_B              # header + payload bytes put into flits, replays included
+    int64_t payload_B          # payload of new packets
+    int64_t busy_ps
+    int64_t queue_len
+    int64_t queue_max
+    int64_t queue_area         # integral of queue length over time (packet x ps)
+    int64_t qlast
+    int64_t acks
+    int64_t updatefc
+    int64_t credit_stall_ps    # credit stall: output idle, packets waiting, no credits
+    int64_t corrupted          # units that arrived corrupted
+    int64_t flits_corrupted    # flits corrupted on the wire (BER and injected)
+    int64_t naks
+    int64_t replays            # replay passes (Nak or timeout)
+    int64_t replay_timeouts
+    int64_t retrains
+    int64_t ctrl_lost
+    int64_t dups_discarded     # duplicates discarded by the receiver
+    int64_t credit_errors      # credits negative or above the pool, receive buffer overrun
+    int64_t _pad[3]            # 192 B: three whole cache lines
+
+cdef struct CvC:               # per (channel, VC): credits at the sender, buffer at the receiver
+    int64_t cr_used            # cumulative flits consumed
+    int64_t cr_limit           # cumulative flits allowed (last UpdateFC + pool)
+    int64_t freed              # cumulative flits freed
+    int64_t freed_sent         # value of the last UpdateFC sent
+    int64_t occ                # flits held in the receive buffer
