@@ -162,7 +162,7 @@ class SwitchConfig(_Section):
     latency_ns: float = param(100.0, unit="ns", lo=0, hi=1e7,
                               help="port-to-port cut-through pipeline latency of a fabric switch",
                               reason="PCIe-class switches take 85-140 ns; UALink targets <= 150 ns (REFERENCE.md s2)")
-    arbitration: str = param("round_robin", unit="", choices=("round_robin", "fixed_priority"),
+    arbitration: str = param("round_robin", unit="choice", choices=("round_robin", "fixed_priority"),
                              help="output arbitration among input ports' virtual output queues",
                              reason="round robin is starvation-free and what switch ASICs ship")
 
@@ -193,7 +193,7 @@ class EndpointConfig(_Section):
 @dataclass(frozen=True)
 class TopologyConfig(_Section):
     """Which fabric to build; builders and presets live in fabric/topology.py and fabric/presets/."""
-    kind: str = param("sd200", unit="", choices=("sd200", "accel_mesh", "accel_torus", "scaleout_roce", "link"),
+    kind: str = param("sd200", unit="choice", choices=("sd200", "accel_mesh", "accel_torus", "scaleout_roce", "link"),
                       help="topology builder",
                       reason="the SD200-class host-domain 3D mesh is the reference system")
     switch_mesh_dims: str = param("2x2x2", unit="switches", help="sd200: 3D mesh of host-domain switches, XxYxZ "
@@ -214,7 +214,7 @@ class TopologyConfig(_Section):
                                            "6x2 mesh ports = 28 ports fit a 32-port x8 switch; not published [E]")
     mesh_dims: str = param("4x4x4", unit="accelerators", help="accel_mesh/accel_torus: accelerator mesh XxYxZ",
                            reason="64 accelerators in a 4x4x4 mesh, the alternative reading of REFERENCE.md s1")
-    wrap: bool = param(False, unit="", help="accel_mesh: close every dimension of size >= 3 into a ring (torus); "
+    wrap: bool = param(False, unit="flag", help="accel_mesh: close every dimension of size >= 3 into a ring (torus); "
                                             "accel_torus always wraps",
                        reason="the SD200 is described as a mesh, not a torus (REFERENCE.md s1)")
     accel_router_ns: float = param(100.0, unit="ns", lo=0, hi=1e7,
@@ -254,7 +254,7 @@ class TopologyConfig(_Section):
 @dataclass(frozen=True)
 class CollectivesConfig(_Section):
     """Collective library: algorithm selection and local-reduction cost."""
-    policy: str = param("sd200", unit="", choices=("sd200", "oneshot", "twoshot", "ring", "halving_doubling"),
+    policy: str = param("sd200", unit="choice", choices=("sd200", "oneshot", "twoshot", "ring", "halving_doubling"),
                         help="algorithm selection: size-tiered (sd200) or one fixed algorithm",
                         reason="the SD200 library's size-tiered strategy (REFERENCE.md s1)")
     oneshot_max_bytes: int = param(8192, unit="B", lo=0, hi=1 << 40,
@@ -289,7 +289,7 @@ class CollectivesConfig(_Section):
     flag_bytes: int = param(8, unit="B", lo=1, hi=4096,
                             help="size of a synchronisation flag store",
                             reason="one 64-bit epoch counter written with a single store")
-    fold_flags: bool = param(True, unit="",
+    fold_flags: bool = param(True, unit="flag",
                              help="write each flag right after its data in the same ordered flow (one transfer of "
                                   "data+flag); false: a separate flag store issued after the data has landed",
                              reason="a transfer keeps one path and posted stores on a path stay in order, so a "
@@ -303,7 +303,7 @@ class CollectivesConfig(_Section):
                            help="software cost per algorithm step on each rank: poll the step's flags, then issue",
                            reason="[E] a local flag poll in a persistent fused kernel; set 600 for an NCCL-like "
                                   "library (NVLink LL per-hop 0.6 us, REFERENCE.md s4)")
-    entry_barrier: bool = param(False, unit="",
+    entry_barrier: bool = param(False, unit="flag",
                                 help="before writing into a peer, wait for that peer's 'buffer free' flag",
                                 reason="the SD200 library double-buffers its scratch with epoch-tagged flags "
                                        "('minimal synchronisation'); true models a library that handshakes every "
