@@ -1,12 +1,13 @@
 # The packet kernel: one event loop for links (PHY + data-link layer), switches, endpoints and the task-graph
 # executor. Everything below `Engine.run` is nogil C; Python only builds the arrays before and reads them after.
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memset
+from libc.string cimport memset, memcpy
 from libc.math cimport log, log1p, expm1, ceil
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t, INT64_MAX
 
 cdef extern from "<stdlib.h>" nogil:
-    void* aligned_alloc(size_t alignment, size_t size)     # C11: ChanC records start on cache lines
+    void* aligned_alloc(size_t alignment, size_t size)     # C11: ChanC and XferC records start on cache lines
+    void __builtin_prefetch(const void* addr)
 cimport numpy as cnp
 import numpy as np
 
@@ -196,8 +197,8 @@ cdef struct SimC:
     int32_t* node_out
     int64_t* pair_ptr
     int64_t* path_ptr
-    int32_t* path_ch
-    int8_t* path_vcl
+    int32_t* path_hv               # per hop: channel << vcl_bits | VC level (one 4 B load per hop, not two arrays)
+    int32_t vcl_bits
     # ---- per channel (types.pxd): state, counters, per (channel, VC) credits
     ChanC* c                       # [ch]
     CntC* k                        # [ch]
@@ -284,10 +285,10 @@ cdef inline int32_t path_len(SimC* s, int32_t p) noexcept nogil:
     return <int32_t>(s.path_ptr[p + 1] - s.path_ptr[p])
 
 cdef inline int32_t path_hop_ch(SimC* s, int32_t p, int32_t hop) noexcept nogil:
-    return s.path_ch[s.path_ptr[p] + hop]
+    return s.path_hv[s.path_ptr[p] + hop] >> s.vcl_bits
 
 cdef inline int32_t path_hop_vc(SimC* s, int32_t p, int32_t hop, int32_t cls) noexcept nogil:
-    return cls * s.levels + s.path_vcl[s.path_ptr[p] + hop]
+    return cls * s.levels + (s.path_hv[s.path_ptr[p] + hop] & ((1 << s.vcl_bits) - 1))
 
 cdef inline void q_account(SimC* s, int32_t ch, int32_t delta) noexcept nogil:
     s.k[ch].queue_area += s.k[ch].queue_len * (s.now - s.k[ch].qlast)
@@ -301,10 +302,12 @@ cdef int32_t pkt_alloc(SimC* s) except -1 nogil:
     cdef PacketC* grown
     if s.pk_free < 0:
         old = s.pk_cap
-        grown = <PacketC*>realloc(s.pk, 2 * old * sizeof(PacketC))
+        grown = <PacketC*>aligned_alloc(64, 2 * <size_t>old * sizeof(PacketC))   # one packet = one cache line
         if grown == NULL:
             with gil:
                 raise MemoryError("packet pool")
+        memcpy(grown, s.pk, <size_t>old * sizeof(PacketC))
+        free(s.pk)
         s.pk = grown
         s.pk_cap = 2 * old
         for i in range(old, 2 * old - 1):
@@ -570,9 +573,8 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             p = pkt_alloc(s)
             pk = &s.pk[p]
             pk.xfer = x; pk.fseq = xf.fseq_next; pk.payload_B = payload; pk.covers_B = covers
-            pk.tlp_B = tlp; pk.flits = flits; pk.in_ch = -1; pk.hop = 0
-            pk.path_at = s.path_ptr[xf.path]; pk.path_n = <int16_t>path_len(s, xf.path); pk.cls = xf.cls
-            pk.kind = PK_READ_REQ if xf.kind == 1 else PK_DATA
+            pk.tlp_B = tlp; pk.flits = flits; pk.in_ch = -1
+            pk.path_at = <int32_t>s.path_ptr[xf.path]; pk.hops_left = <int16_t>path_len(s, xf.path); pk.cls = xf.cls
             pk.tail_ps = 0
             pk.ready_ps = 0
             pk.offset_B = xf.carved_B
@@ -587,6 +589,8 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
                 if xf.kind == 0:
                     s.e2e_avail[<int64_t>xf.src * s.n_ranks + xf.dst] -= payload
             s.q_head[qi] = xf.next                                      # rotate or retire the transfer
+            if xf.next >= 0:                        # the transfer this port carves from next: fetch its line now
+                __builtin_prefetch(&s.xf[xf.next])
             if s.q_head[qi] < 0:
                 s.q_tail[qi] = -1
             if xf.carved_B < xf.avail_B:
@@ -722,9 +726,10 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
         s.k[ch].credit_errors += 1
     pk.in_ch = ch
     pk.tail_ps = tail
-    pk.hop += 1
+    pk.path_at += 1
+    pk.hops_left -= 1
     node = s.c[ch].ch_dst
-    if pk.hop >= pk.path_n:
+    if pk.hops_left <= 0:
         return c_push(&s.heap, tail, EV_DELIVER, ch, p, 0, 0)
     pk.ready_ps = s.now + s.node_lat[node]
     return enqueue_packet(s, p)
@@ -734,8 +739,9 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
     """Queue a packet at its output now; it becomes eligible when it leaves the switch pipeline (ready_ps), and
     the output is woken then if nothing else wakes it (no event per packet for the pipeline)."""
     cdef PacketC* pk = &s.pk[p]
-    cdef int32_t out = s.path_ch[pk.path_at + pk.hop]
-    cdef int32_t vc = pk.cls * s.levels + s.path_vcl[pk.path_at + pk.hop]      # = path_hop_vc
+    cdef int32_t hv = s.path_hv[pk.path_at]
+    cdef int32_t out = hv >> s.vcl_bits                                        # = path_hop_ch
+    cdef int32_t vc = pk.cls * s.levels + (hv & ((1 << s.vcl_bits) - 1))      # = path_hop_vc
     cdef int32_t idx = vc * s.n_slots[s.c[out].ch_src] + s.c[pk.in_ch].ch_slot
     cdef int64_t qi = s.c[out].q_base + idx
     pk.next = -1
@@ -791,8 +797,8 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
     cdef int32_t done
     cdef int64_t i
     free_buffer(s, e.ch, pk.vc, pk.flits)
-    if pk.kind == PK_DATA:         # the bytes land in the memory of the node the packet actually reached
-        xf.csum += content_sum(s.c[e.ch].ch_dst, xf.src, pk.offset_B, pk.payload_B)
+    if xf.d_kind != 1:             # data: the bytes land in the memory of the node the packet actually reached
+        xf.csum += content_sum(s.c[e.ch].ch_dst, xf.d_src, pk.offset_B, pk.payload_B)
     if pk.fseq == xf.fseq_expect:
         xf.fseq_expect += 1
         s.delivered += 1
@@ -802,7 +808,7 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
         s.ooo_delivered += 1
         xf.fseq_expect = pk.fseq + 1
     s.last_progress = s.now
-    if pk.kind == PK_READ_REQ:                 # the owner answers with completions on the response VC
+    if xf.d_kind == 1:                         # read request: the owner answers with completions on the response VC
         xf.delivered_B += pk.covers_B
         rx = &s.xf[xf.partner]
         rx.avail_B += pk.covers_B
@@ -810,20 +816,20 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
             enqueue_xfer(s, xf.partner)
     else:
         xf.delivered_B += pk.payload_B
-        if xf.kind == 0:                       # the space is drained to memory: grant it back to the source
-            i = <int64_t>xf.src * s.n_ranks + xf.dst
+        if xf.d_kind == 0:                     # the space is drained to memory: grant it back to the source
+            i = <int64_t>xf.d_src * s.n_ranks + xf.d_dst
             s.e2e_owed[i] += pk.payload_B
             if s.e2e_owed[i] >= s.e2e_quantum or xf.delivered_B == xf.total_B:
                 c_push(&s.heap, s.now + xf.grant_ps, EV_E2E_GRANT, -1, pk.xfer, s.e2e_owed[i], 0)
                 s.e2e_owed[i] = 0
-        if xf.kind == 2:                       # completions free read tags in request order
+        if xf.d_kind == 2:                     # completions free read tags in request order
             done = <int32_t>(xf.delivered_B // s.mrrs_B)
             if xf.delivered_B == xf.total_B:
                 done = <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B)
             if done > xf.reqs_done:
-                s.tags_free[xf.dst] += done - xf.reqs_done
+                s.tags_free[xf.d_dst] += done - xf.reqs_done
                 xf.reqs_done = done
-                wake_node(s, xf.dst)
+                wake_node(s, xf.d_dst)
         if xf.delivered_B == xf.total_B:
             finish_xfer(s, pk.xfer)
     pkt_release(s, p)
@@ -1133,8 +1139,22 @@ cdef class Engine:
         s.node_out = <int32_t*>self._arr("node_out", np.argsort(ch_src, kind="stable"), np.int32)
         s.pair_ptr = <int64_t*>self._arr("pair_ptr", topo["pair_ptr"], np.int64)
         s.path_ptr = <int64_t*>self._arr("path_ptr", topo["path_ptr"], np.int64)
-        s.path_ch = <int32_t*>self._arr("path_ch", topo["path_ch"], np.int32)
-        s.path_vcl = <int8_t*>self._arr("path_vcl", topo["path_vcl"], np.int8)
+        pp = np.asarray(topo["path_ptr"], np.int64)
+        if pp.size and (int(pp[pp.size - 1]) >= (1 << 31) - 1 or int(np.diff(pp).max(initial=0)) >= (1 << 15)):
+            raise ValueError("routes too large for int32 packet route offsets / int16 hop counts")
+        path_vcl = np.asarray(topo["path_vcl"], np.int8)
+        vmax = int(path_vcl.max()) if path_vcl.size else 0
+        if path_vcl.size and int(path_vcl.min()) < 0:
+            raise ValueError("negative VC level in a route")
+        s.vcl_bits = max(vmax.bit_length(), 1)
+        if (max(C, 1) << s.vcl_bits) >= (1 << 31):
+            raise ValueError("too many channels to pack routes into int32")
+        hv = np.left_shift(np.asarray(topo["path_ch"], np.int32), s.vcl_bits)   # int32 throughout: no int64 temporaries
+        np.bitwise_or(hv, path_vcl, out=hv)
+        if hv.size == 0:
+            hv = np.zeros(1, np.int32)
+        self._keep["path_hv"] = np.ascontiguousarray(hv, dtype=np.int32)
+        s.path_hv = <int32_t*>cnp.PyArray_DATA(self._keep["path_hv"])
 
         # ---- per-channel state (ChanC records; counters and per-VC credits as int64 tables viewed as structs)
         # one splitmix stream per channel, derived from the seed and the channel id
@@ -1149,7 +1169,8 @@ cdef class Engine:
         s.ring = <ReplayC*>calloc(<size_t>C * s.ring_cap, sizeof(ReplayC))
         if s.ring == NULL:
             raise MemoryError("replay buffers")
-        assert sizeof(ChanC) == 256 and sizeof(CntC) == 8 * 24 and sizeof(CvC) == 8 * len(CV_COLS)
+        assert sizeof(ChanC) == 256 and sizeof(XferC) == 128 and sizeof(PacketC) == 64
+        assert sizeof(CntC) == 8 * 24 and sizeof(CvC) == 8 * len(CV_COLS)
         cvt = np.zeros((max(C * V, 1), sizeof(CvC) // 8), np.int64)
         cvt[:, CV_COLS.index("cr_limit")] = s.pool_flits
         self._keep["cv"] = cvt
@@ -1159,7 +1180,7 @@ cdef class Engine:
 
         # ---- packets
         s.pk_cap = 1024
-        s.pk = <PacketC*>malloc(s.pk_cap * sizeof(PacketC))
+        s.pk = <PacketC*>aligned_alloc(64, s.pk_cap * sizeof(PacketC))
         for i in range(s.pk_cap - 1):
             s.pk[i].next = i + 1
         s.pk[s.pk_cap - 1].next = -1
@@ -1210,9 +1231,10 @@ cdef class Engine:
         nbytes = np.asarray(graph["nbytes"], np.int64)[tasks]
         n_xf = len(tasks) + int((op == 1).sum())
         s.n_xf = n_xf
-        s.xf = <XferC*>calloc(max(n_xf, 1), sizeof(XferC))
+        s.xf = <XferC*>aligned_alloc(64, <size_t>max(n_xf, 1) * sizeof(XferC))    # one record = two cache lines
         if s.xf == NULL:
             raise MemoryError("transfers")
+        memset(s.xf, 0, <size_t>max(n_xf, 1) * sizeof(XferC))
         t_xfer = np.full(s.n_tasks, -1, np.int32)
         x = 0
         extra = len(tasks)
@@ -1237,6 +1259,7 @@ cdef class Engine:
         xf.total_B = nbytes
         xf.avail_B = 0 if kind == 2 else nbytes
         xf.src = src; xf.dst = dst; xf.task = task; xf.kind = kind; xf.cls = cls; xf.partner = partner
+        xf.d_src = src; xf.d_dst = dst; xf.d_kind = kind
         xf.next = -1
         if src < 0 or dst < 0 or src >= self.s.n_ranks or dst >= self.s.n_ranks:
             xf.status = 1            # Unsupported Request: no accelerator there

@@ -34,11 +34,11 @@ cdef enum PacketKind:
     PK_DATA = 0                # store data or read completion
     PK_READ_REQ = 1            # read request (header only)
 
-cdef struct PacketC:           # 72 B; the route and class are copied in so a hop touches no XferC
+cdef struct PacketC:           # 64 B, pool 64 B aligned: one cache line per packet. The route and class are copied in
     ps_t tail_ps               # time its tail reached the current node (cut-through bound)
     ps_t ready_ps              # when it leaves the current node's switch pipeline (eligible in its VOQ)
     int64_t offset_B           # where its bytes sit in the transfer
-    int64_t path_at            # its source route: path_ch[path_at : path_at + path_n] (path_ptr[path])
+    int32_t path_at            # route entry (path_hv index) of the channel it is on; advances one per hop
     int32_t xfer               # transfer (flow) it belongs to
     int32_t fseq               # position in its flow, to check order at delivery
     int32_t payload_B          # payload bytes carried
@@ -47,34 +47,43 @@ cdef struct PacketC:           # 72 B; the route and class are copied in so a ho
     int32_t flits              # buffer slots it occupies (credit cost)
     int32_t in_ch              # channel it arrived on (-1 when injected)
     int32_t next               # intrusive link: queue or free list
-    int16_t hop                # index in its path of the channel it is on
-    int16_t path_n             # hops in its route
+    int16_t hops_left          # hops of its route not yet completed (delivered when it reaches 0)
     int8_t vc                  # VC on in_ch
-    int8_t kind                # PacketKind
-    int8_t cls                 # traffic class of its transfer (0 request, 1 response)
+    int8_t cls                 # traffic class of its transfer (0 request, 1 response); its kind (read request or
+                               # data) is its transfer's: XferC.kind == 1 <=> read request
 
 # ------------------------------------------------------------------ transfers (flows)
+# 128 B, 64 B aligned: line 1 is what try_send's injection branch touches per packet carved, line 2 what on_deliver
+# touches per packet delivered (src, dst and kind are copied into it: immutable after setup), so each per-packet
+# access misses at most one line (an 80-96 B record straddles two).
 cdef struct XferC:
-    int64_t total_B            # bytes to move
+    # -- line 1: injection (carving packets at the source)
     int64_t avail_B            # bytes that may be carved so far (loads: as requests arrive)
     int64_t carved_B           # bytes put into packets
-    int64_t delivered_B        # bytes delivered at the destination
     ps_t start_ps              # when it was issued
-    uint64_t csum              # sum of content checksums of the byte ranges delivered, as the receiver saw them
-    ps_t grant_ps              # zero-load latency of an end-to-end grant from dst back to src
     int32_t src                # node the packets leave from
     int32_t dst                # node they go to
-    int32_t task               # task completed by it (-1: none)
     int32_t path               # chosen source route
     int32_t next               # intrusive link in an injection queue
     int32_t fseq_next          # next packet number carved
-    int32_t fseq_expect        # next packet number expected at delivery
-    int32_t partner            # loads: the other half (request <-> response)
-    int32_t reqs_done          # loads: read requests fully answered
     int8_t cls                 # traffic class: 0 request VC, 1 response VC
     int8_t kind                # 0 store, 1 load request flow, 2 load response flow
     int8_t queued              # 1 while in an injection queue
     int8_t status              # 0 ok, 1 unsupported request
+    int8_t _pad1[16]
+    # -- line 2: delivery (at the destination)
+    int64_t total_B            # bytes to move
+    int64_t delivered_B        # bytes delivered at the destination
+    uint64_t csum              # sum of content checksums of the byte ranges delivered, as the receiver saw them
+    ps_t grant_ps              # zero-load latency of an end-to-end grant from dst back to src
+    int32_t fseq_expect        # next packet number expected at delivery
+    int32_t reqs_done          # loads: read requests fully answered
+    int32_t partner            # loads: the other half (request <-> response)
+    int32_t task               # task completed by it (-1: none)
+    int32_t d_src              # = src (copy in the delivery line)
+    int32_t d_dst              # = dst
+    int8_t d_kind              # = kind
+    int8_t _pad2[7]
 
 # ------------------------------------------------------------------ replay buffer entry
 cdef struct ReplayC:
