@@ -51,12 +51,9 @@ QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
 
 def all_to_all_graph(n_ranks: int, nbytes: int) -> dict:
     """Every ordered pair (src, dst), src != dst: one store of nbytes, no dependencies."""
+    from fabric.taskgraph import transfer_graph
     src, dst = np.nonzero(~np.eye(n_ranks, dtype=bool))
-    n = len(src)
-    return dict(kind=np.ones(n, np.int8), rank=src.astype(np.int32), peer=dst.astype(np.int32),
-                stream=np.full(n, -1, np.int32), nbytes=np.full(n, nbytes, np.int64),
-                duration_ps=np.zeros(n, np.int64), op=np.zeros(n, np.int8), coll=np.full(n, -1, np.int32),
-                succ_ptr=np.zeros(n + 1, np.int64), succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+    return transfer_graph(src, dst, nbytes)
 
 
 def _run_case(case: str):

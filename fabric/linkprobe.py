@@ -5,11 +5,10 @@ max-payload packets back to back; the reverse channel carries only Acks, Naks an
 """
 from __future__ import annotations
 
-import numpy as np
-
 from fabric import sim
 from fabric.config import FabricConfig, with_overrides
 from fabric.errors import ConfigError
+from fabric.taskgraph import transfer_graph
 from fabric.topology import build
 
 
@@ -19,10 +18,7 @@ def two_node_topology(cfg: FabricConfig):
 
 
 def single_transfer_graph(src: int, dst: int, nbytes: int, op: int = 0) -> dict:
-    return dict(kind=np.array([1], np.int8), rank=np.array([src], np.int32), peer=np.array([dst], np.int32),
-                stream=np.array([-1], np.int32), nbytes=np.array([nbytes], np.int64),
-                duration_ps=np.zeros(1, np.int64), op=np.array([op], np.int8), coll=np.array([-1], np.int32),
-                succ_ptr=np.zeros(2, np.int64), succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(1, np.int32))
+    return transfer_graph(src, dst, nbytes, op)
 
 
 def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int = 20000, faults=()) -> dict:

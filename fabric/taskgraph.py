@@ -57,6 +57,17 @@ class Semantics:
     src_off: np.ndarray  # int64[m]
 
 
+def transfer_graph(src, dst, nbytes, op=0) -> dict:
+    """Independent transfers (no dependencies) in the kernel's array layout: probes, benchmarks, tests.
+    Arguments broadcast against each other; op 0 store, 1 load."""
+    src, dst, nbytes, op = np.broadcast_arrays(np.atleast_1d(src), dst, nbytes, op)
+    n = len(src)
+    return dict(kind=np.full(n, TRANSFER, np.int8), rank=src.astype(np.int32), peer=dst.astype(np.int32),
+                stream=np.full(n, -1, np.int32), nbytes=nbytes.astype(np.int64), duration_ps=np.zeros(n, np.int64),
+                op=op.astype(np.int8), coll=np.full(n, -1, np.int32), succ_ptr=np.zeros(n + 1, np.int64),
+                succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+
+
 @dataclass(frozen=True)
 class CollMeta:
     """One collective instance of a graph (index = `coll` of its tasks)."""

@@ -5,6 +5,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fabric.config import load_config
+from fabric.taskgraph import transfer_graph
 
 
 @st.composite
@@ -38,9 +39,7 @@ def link_traffic(draw, max_transfers=6):
     src = np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.int32)
     op = np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.int8)
     nbytes = np.array(draw(st.lists(st.integers(1, 6000), min_size=n, max_size=n)), np.int64)
-    return dict(kind=np.ones(n, np.int8), rank=src, peer=1 - src, stream=np.full(n, -1, np.int32), nbytes=nbytes,
-                duration_ps=np.zeros(n, np.int64), op=op, coll=np.full(n, -1, np.int32),
-                succ_ptr=np.zeros(n + 1, np.int64), succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+    return transfer_graph(src, 1 - src, nbytes, op)
 
 
 @st.composite

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from fabric import sim
 from fabric.config import load_config
+from fabric.taskgraph import transfer_graph
 from fabric.topology import build
 
 TOPOLOGIES = [
@@ -37,9 +38,7 @@ def fabric_case(draw):
     dst = (src + off) % R
     op = np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.int8)
     nbytes = np.array(draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n)), np.int64)
-    graph = dict(kind=np.ones(n, np.int8), rank=src, peer=dst, stream=np.full(n, -1, np.int32), nbytes=nbytes,
-                 duration_ps=np.zeros(n, np.int64), op=op, coll=np.full(n, -1, np.int32),
-                 succ_ptr=np.zeros(n + 1, np.int64), succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+    graph = transfer_graph(src, dst, nbytes, op)
     faults = [(draw(st.sampled_from(["corrupt_flit", "lose_ack", "lose_credit"])),
                draw(st.integers(0, topo.n_channels - 1)), draw(st.integers(1, 30)), draw(st.integers(1, 4)))
               for _ in range(draw(st.integers(0, 3)))]
@@ -74,14 +73,7 @@ def test_every_accelerator_stores_to_and_loads_from_every_other_on_sd200():
     topo = build(cfg)
     R = topo.n_ranks
     src, dst = np.nonzero(~np.eye(R, dtype=bool))
-    src = np.concatenate([src, src]).astype(np.int32)
-    dst = np.concatenate([dst, dst]).astype(np.int32)
-    n = len(src)
-    op = np.repeat(np.array([0, 1], np.int8), n // 2)
-    graph = dict(kind=np.ones(n, np.int8), rank=src, peer=dst, stream=np.full(n, -1, np.int32),
-                 nbytes=np.full(n, 5000, np.int64), duration_ps=np.zeros(n, np.int64), op=op,
-                 coll=np.full(n, -1, np.int32), succ_ptr=np.zeros(n + 1, np.int64),
-                 succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+    graph = transfer_graph(np.tile(src, 2), np.tile(dst, 2), 5000, np.repeat([0, 1], len(src)))
     r = sim.run(cfg, topo, graph)
     check_delivery(cfg, topo, graph, r)
 
@@ -92,11 +84,7 @@ def test_too_few_vcs_for_a_torus_is_refused():
     cfg = load_config(preset="torus-4x4x4", overrides={"link.vcs": 2})
     topo = build(cfg)
     with pytest.raises(ConfigError, match="link.vcs"):
-        sim.run(cfg, topo, dict(kind=np.zeros(0, np.int8), rank=np.zeros(0, np.int32), peer=np.zeros(0, np.int32),
-                                stream=np.zeros(0, np.int32), nbytes=np.zeros(0, np.int64),
-                                duration_ps=np.zeros(0, np.int64), op=np.zeros(0, np.int8),
-                                coll=np.zeros(0, np.int32), succ_ptr=np.zeros(1, np.int64),
-                                succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(0, np.int32)))
+        sim.run(cfg, topo, transfer_graph(np.zeros(0, np.int32), 0, 0))
 
 
 def test_stores_and_loads_addressed_through_shadow_windows_land_in_the_right_memory():
@@ -117,12 +105,7 @@ def test_stores_and_loads_addressed_through_shadow_windows_land_in_the_right_mem
                 dst.append(tr.dst_rank)
                 shadow.append(tr.is_shadow)
     assert any(shadow) and not all(shadow)
-    n = len(src)
-    graph = dict(kind=np.ones(2 * n, np.int8), rank=np.array(src * 2, np.int32), peer=np.array(dst * 2, np.int32),
-                 stream=np.full(2 * n, -1, np.int32), nbytes=np.full(2 * n, 300, np.int64),
-                 duration_ps=np.zeros(2 * n, np.int64), op=np.repeat(np.array([0, 1], np.int8), n),
-                 coll=np.full(2 * n, -1, np.int32), succ_ptr=np.zeros(2 * n + 1, np.int64),
-                 succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(2 * n, np.int32))
+    graph = transfer_graph(src * 2, dst * 2, 300, np.repeat([0, 1], len(src)))
     check_delivery(cfg, topo, graph, sim.run(cfg, topo, graph))
 
 
