@@ -1,6 +1,6 @@
 # The packet kernel: one event loop for links (PHY + data-link layer), switches, endpoints and the task-graph
 # executor. Everything below `Engine.run` is nogil C; Python only builds the arrays before and reads them after.
-from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.stdlib cimport calloc, free
 from libc.string cimport memset, memcpy
 from libc.math cimport log, log1p, expm1, ceil
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t, INT64_MAX
@@ -69,11 +69,13 @@ cdef inline double c_uniform(uint64_t* s) noexcept nogil:
 
 
 # ================================================================== event heap ordered by (time, order)
-# A 4-ary implicit heap of 32-byte events: half the levels of a binary heap, and the four children of a node sit
-# in two adjacent cache lines. (time, order) is a total order (order is unique), so the pop sequence is exactly
-# that of any other correct priority queue: the heap's shape never shows in the results.
+# A 4-ary implicit heap of 32-byte events: half the levels of a binary heap. The array is placed so that the four
+# children of any node (4i+1 .. 4i+4) fill exactly two cache lines. (time, order) is a total order (order is
+# unique), so the pop sequence is exactly that of any other correct priority queue: the heap's shape never shows in
+# the results.
 cdef struct HeapC:
-    EventC* ev
+    EventC* ev                 # = raw + 1: &ev[1] on a 64-byte boundary
+    EventC* raw                # the allocation (64-byte aligned)
     int64_t n
     int64_t cap
     int64_t order
@@ -81,23 +83,35 @@ cdef struct HeapC:
 cdef inline bint ev_before(EventC* a, EventC* b) noexcept nogil:
     return a.time < b.time or (a.time == b.time and a.key < b.key)
 
+cdef inline int64_t ev_lt(EventC* a, EventC* b) noexcept nogil:
+    """ev_before as 0/1 without a branch: which child is smaller is a coin toss the predictor loses half the time."""
+    return (a.time < b.time) | ((a.time == b.time) & (a.key < b.key))
+
 cdef inline int ev_type(EventC* e) noexcept nogil:
     return <int>(e.key & 0xff)
 
 cdef inline int16_t ev_flag(EventC* e) noexcept nogil:
     return <int16_t>((e.key >> 8) & 0xffff)
 
+cdef int heap_alloc(HeapC* h, int64_t cap) except -1 nogil:
+    """(Re)allocate room for cap events, keeping the ones held."""
+    cdef EventC* raw = <EventC*>aligned_alloc(64, <size_t>(cap + 2) * sizeof(EventC))
+    if raw == NULL:
+        with gil:
+            raise MemoryError("event heap")
+    if h.raw != NULL:
+        memcpy(raw + 1, h.ev, <size_t>h.n * sizeof(EventC))
+        free(h.raw)
+    h.raw = raw
+    h.ev = raw + 1
+    h.cap = cap
+    return 0
+
 cdef int c_push(HeapC* h, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y, int16_t flag) except -1 nogil:
-    cdef EventC* grown
     cdef int64_t i, p
     cdef EventC e
     if h.n == h.cap:
-        grown = <EventC*>realloc(h.ev, 2 * h.cap * sizeof(EventC))
-        if grown == NULL:
-            with gil:
-                raise MemoryError("event heap")
-        h.ev = grown
-        h.cap *= 2
+        heap_alloc(h, 2 * h.cap)
     e.time = t
     e.key = ((<uint64_t>h.order) << 24) | ((<uint64_t>(<uint16_t>flag)) << 8) | <uint64_t>(<uint8_t>typ)
     e.y = y; e.ch = ch; e.x = x
@@ -115,8 +129,8 @@ cdef int c_push(HeapC* h, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y,
 
 cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
     """Remove the earliest event. Bottom-up (Floyd): the hole at the root walks down to a leaf along the
-    smallest child (3 compares per level among 4 children, none against the moved element), then the last
-    element sifts up from there, which is short because it came from the bottom."""
+    smallest child (3 branch-free compares per level among 4 children, none against the moved element), then the
+    last element sifts up from there, which is short because it came from the bottom."""
     cdef int64_t i = 0, c, m, m2, j, n, p
     cdef EventC* ev = h.ev
     cdef EventC last
@@ -129,10 +143,9 @@ cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
     while True:
         c = 4 * i + 1
         if c + 4 <= n:                        # all four children: two pairs, then the pair winners
-            m = c + 1 if ev_before(&ev[c + 1], &ev[c]) else c
-            m2 = c + 3 if ev_before(&ev[c + 3], &ev[c + 2]) else c + 2
-            if ev_before(&ev[m2], &ev[m]):
-                m = m2
+            m = c + ev_lt(&ev[c + 1], &ev[c])
+            m2 = c + 2 + ev_lt(&ev[c + 3], &ev[c + 2])
+            m ^= (m ^ m2) & -ev_lt(&ev[m2], &ev[m])
         elif c < n:
             m = c
             for j in range(c + 1, n):
@@ -164,6 +177,7 @@ cdef struct SimC:
     int32_t nvc                    # VCs per channel = 2 traffic classes x vc_levels
     int32_t levels
     int32_t seq_mod
+    int32_t seq_mask               # seq_mod - 1 (seq_mod is a power of two: a mask, not a division)
     int32_t window                 # max unacknowledged packets (<= seq_mod / 2)
     int32_t replay_cap_flits
     int32_t ack_every
@@ -208,7 +222,8 @@ cdef struct SimC:
     int32_t* q_tail
     uint64_t* q_bits               # per ch: bitmap of its non-empty queues (bit idx = vc * n_slots + slot)
     ReplayC* ring
-    int32_t ring_cap
+    int32_t ring_cap               # replay ring slots per channel: a power of two >= window
+    int32_t ring_mask              # ring_cap - 1
     # ---- faults: per channel sorted lists (CSR; cursors in ChanC)
     int64_t* f_n
     int64_t* f_k
@@ -334,14 +349,14 @@ cdef bint phy_corrupt(SimC* s, int32_t ch, int32_t tlp_B) noexcept nogil:
     """
     cdef bint bad = False
     cdef double flit_bits = 8.0 * s.flit_B, start_bit, end_bit, f
-    cdef int64_t f0, f1, i, lo, hi, n_end
-    f0 = s.c[ch].cum_tlp_B // s.flitpay_B
-    start_bit = s.c[ch].cum_tlp_B * flit_bits / s.flitpay_B
+    cdef int64_t f0 = 0, f1 = 0, i, lo, hi, n_end
+    cdef int64_t cum0 = s.c[ch].cum_tlp_B
     s.c[ch].cum_tlp_B += tlp_B
-    f1 = (s.c[ch].cum_tlp_B - 1) // s.flitpay_B
-    end_bit = s.c[ch].cum_tlp_B * flit_bits / s.flitpay_B
     i = s.c[ch].f_cur[F_FLIT]
     n_end = s.c[ch].f_end[F_FLIT]
+    if i < n_end:                              # injected faults pending on this channel (divisions only then)
+        f0 = cum0 // s.flitpay_B
+        f1 = (s.c[ch].cum_tlp_B - 1) // s.flitpay_B
     while i < n_end and s.f_n[i] <= f1:
         lo = s.f_n[i] if s.f_n[i] > f0 else f0
         hi = s.f_n[i] + s.f_k[i] - 1
@@ -355,7 +370,11 @@ cdef bint phy_corrupt(SimC* s, int32_t ch, int32_t tlp_B) noexcept nogil:
         i += 1
     s.c[ch].f_cur[F_FLIT] = i
     if s.c[ch].log1m_ber < 0.0:
-        if s.c[ch].next_err_bit < start_bit:      # (first use) errors are placed from the current position on
+        end_bit = s.c[ch].cum_tlp_B * flit_bits / s.flitpay_B
+        # first use: errors are placed from the current position on. Later, next_err_bit is at or past the
+        # previous unit's end, which is this unit's start, so only the first use can see it negative (-1).
+        if s.c[ch].next_err_bit < 0.0:
+            start_bit = cum0 * flit_bits / s.flitpay_B
             s.c[ch].next_err_bit = start_bit + log(c_uniform(&s.c[ch].rng)) / s.c[ch].log1m_ber
         while s.c[ch].next_err_bit < end_bit:
             bad = True
@@ -406,7 +425,7 @@ cdef int send_ack(SimC* s, int32_t ch) except -1 nogil:
     s.c[ch].ack_pending = 0
     s.c[ch].ack_armed = 0
     s.c[ch].ack_gen += 1
-    return send_ctrl(s, ch, C_ACK, 0, (s.c[ch].expected - 1 + s.seq_mod) % s.seq_mod)
+    return send_ctrl(s, ch, C_ACK, 0, (s.c[ch].expected - 1) & s.seq_mask)
 
 
 cdef int note_ack_due(SimC* s, int32_t ch) except -1 nogil:
@@ -521,7 +540,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     if s.c[ch].tx_busy or s.c[ch].down_until > s.now:
         return 0
     if s.c[ch].r_sent < s.c[ch].r_count:                                   # go-back-N replay in progress
-        r = &s.ring[<int64_t>ch * s.ring_cap + (s.c[ch].r_head + s.c[ch].r_sent) % s.ring_cap]
+        r = &s.ring[<int64_t>ch * s.ring_cap + ((s.c[ch].r_head + s.c[ch].r_sent) & s.ring_mask)]
         s.c[ch].r_sent += 1
         return send_unit(s, ch, r, 0)
     if s.c[ch].r_count >= s.window or s.c[ch].q_busy == 0:
@@ -544,8 +563,11 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
         k = idx + 1
         qi = s.c[ch].q_base + idx
         seen += 1
-        vc = idx // nslots
-        slot = idx % nslots
+        vc = 0                            # idx = vc * nslots + slot; nvc is small: subtract, no division
+        slot = idx
+        while slot >= nslots:
+            slot -= nslots
+            vc += 1
         c = cv(s, ch, vc)
         if slot == nslots - 1:                                          # injection: carve from a transfer
             x = s.q_head[qi]
@@ -636,10 +658,10 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
         pk.next = -1
         s.cvs[c].cr_used += flits
         s.k[ch].packets += 1
-        i = (s.c[ch].r_head + s.c[ch].r_count) % s.ring_cap
+        i = (s.c[ch].r_head + s.c[ch].r_count) & s.ring_mask
         r = &s.ring[<int64_t>ch * s.ring_cap + i]
         r.pkt = p; r.seq = s.c[ch].next_seq; r.tlp_B = pk.tlp_B; r.flits = flits
-        s.c[ch].next_seq = (s.c[ch].next_seq + 1) % s.seq_mod
+        s.c[ch].next_seq = (s.c[ch].next_seq + 1) & s.seq_mask
         s.c[ch].r_count += 1
         s.c[ch].r_sent += 1
         s.c[ch].r_flits += flits
@@ -671,12 +693,12 @@ cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
         return try_send(s, ch)
     # Ack or Nak: purge every unit up to and including sequence e.y
     if s.c[ch].r_count > 0:
-        n = <int32_t>((e.y - s.ring[<int64_t>ch * s.ring_cap + s.c[ch].r_head].seq + s.seq_mod) % s.seq_mod) + 1
+        n = <int32_t>((e.y - s.ring[<int64_t>ch * s.ring_cap + s.c[ch].r_head].seq) & s.seq_mask) + 1
         if n <= s.c[ch].r_count:
             for i in range(n):
-                r = &s.ring[<int64_t>ch * s.ring_cap + (s.c[ch].r_head + i) % s.ring_cap]
+                r = &s.ring[<int64_t>ch * s.ring_cap + ((s.c[ch].r_head + i) & s.ring_mask)]
                 s.c[ch].r_flits -= r.flits
-            s.c[ch].r_head = (s.c[ch].r_head + n) % s.ring_cap
+            s.c[ch].r_head = (s.c[ch].r_head + n) & s.ring_mask
             s.c[ch].r_count -= n
             s.c[ch].r_sent = s.c[ch].r_sent - n if s.c[ch].r_sent > n else 0
             s.c[ch].replay_num = 0
@@ -704,18 +726,18 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
         s.k[ch].corrupted += 1
         if not s.c[ch].nak_sched:
             s.c[ch].nak_sched = 1
-            send_ctrl(s, ch, C_NAK, 0, (s.c[ch].expected - 1 + s.seq_mod) % s.seq_mod)
+            send_ctrl(s, ch, C_NAK, 0, (s.c[ch].expected - 1) & s.seq_mask)
         return 0
-    d = (s.c[ch].expected - seq + s.seq_mod) % s.seq_mod
+    d = (s.c[ch].expected - seq) & s.seq_mask
     if d != 0:
         if d <= s.seq_mod // 2:                # already received: discard, acknowledge again
             s.k[ch].dups_discarded += 1
             return note_ack_due(s, ch)
         if not s.c[ch].nak_sched:                # a unit went missing before this one
             s.c[ch].nak_sched = 1
-            send_ctrl(s, ch, C_NAK, 0, (s.c[ch].expected - 1 + s.seq_mod) % s.seq_mod)
+            send_ctrl(s, ch, C_NAK, 0, (s.c[ch].expected - 1) & s.seq_mask)
         return 0
-    s.c[ch].expected = (s.c[ch].expected + 1) % s.seq_mod
+    s.c[ch].expected = (s.c[ch].expected + 1) & s.seq_mask
     s.c[ch].nak_sched = 0
     s.last_progress = s.now
     note_ack_due(s, ch)
@@ -1054,7 +1076,7 @@ cdef class Engine:
         self._started = False
 
     def __dealloc__(self):
-        free(self.s.heap.ev)
+        free(self.s.heap.raw)
         free(self.s.pk)
         free(self.s.xf)
         free(self.s.ring)
@@ -1086,7 +1108,11 @@ cdef class Engine:
         s.replay_cap_flits = int(p["replay_buffer_flits"])
         if s.window > s.replay_cap_flits:
             s.window = s.replay_cap_flits
-        s.ring_cap = s.window
+        s.seq_mask = s.seq_mod - 1
+        s.ring_cap = 1
+        while s.ring_cap < s.window:
+            s.ring_cap *= 2
+        s.ring_mask = s.ring_cap - 1
         s.ack_every = int(p["ack_every"]); s.ack_ps = int(p["ack_ps"]); s.replay_ps = int(p["replay_ps"])
         s.replay_limit = int(p["replay_limit"]); s.retrain_ps = int(p["retrain_ps"])
         s.pool_flits = int(p["credit_flits"]); s.update_flits = int(p["update_flits"])
@@ -1185,10 +1211,9 @@ cdef class Engine:
             s.pk[i].next = i + 1
         s.pk[s.pk_cap - 1].next = -1
         s.pk_free = 0
-        s.heap.cap = 1024
-        s.heap.ev = <EventC*>malloc(s.heap.cap * sizeof(EventC))
-        if s.pk == NULL or s.heap.ev == NULL:
-            raise MemoryError("kernel pools")
+        if s.pk == NULL:
+            raise MemoryError("packet pool")
+        heap_alloc(&s.heap, 1024)
 
         # ---- tasks and the transfers they start
         kind = np.asarray(graph["kind"], np.int8)
