@@ -80,12 +80,21 @@ cdef struct HeapC:
     int64_t cap
     int64_t order
 
-cdef inline bint ev_before(EventC* a, EventC* b) noexcept nogil:
-    return a.time < b.time or (a.time == b.time and a.key < b.key)
+cdef extern from *:
+    """
+    /* (time, key) < (time, key) as one 128-bit unsigned compare (cmp + sbb): no branch, few instructions.
+       Times are never negative, so comparing them unsigned is comparing them. */
+    static inline long fabric_tk_lt(long long at, unsigned long long ak, long long bt, unsigned long long bk) {
+        return (((unsigned __int128)(unsigned long long)at << 64) | ak)
+             < (((unsigned __int128)(unsigned long long)bt << 64) | bk);
+    }
+    """
+    long fabric_tk_lt(long long at, unsigned long long ak, long long bt, unsigned long long bk) nogil
 
 cdef inline int64_t ev_lt(EventC* a, EventC* b) noexcept nogil:
-    """ev_before as 0/1 without a branch: which child is smaller is a coin toss the predictor loses half the time."""
-    return (a.time < b.time) | ((a.time == b.time) & (a.key < b.key))
+    """1 if a fires before b, else 0, without a branch: which child is smaller is a coin toss the predictor would
+    lose half the time."""
+    return fabric_tk_lt(a.time, a.key, b.time, b.key)
 
 cdef inline int ev_type(EventC* e) noexcept nogil:
     return <int>(e.key & 0xff)
@@ -120,7 +129,7 @@ cdef int c_push(HeapC* h, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y,
     h.n += 1
     while i > 0:
         p = (i - 1) >> 2
-        if not ev_before(&e, &h.ev[p]):
+        if not ev_lt(&e, &h.ev[p]):
             break
         h.ev[i] = h.ev[p]
         i = p
@@ -149,7 +158,7 @@ cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
         elif c < n:
             m = c
             for j in range(c + 1, n):
-                if ev_before(&ev[j], &ev[m]):
+                if ev_lt(&ev[j], &ev[m]):
                     m = j
         else:
             break
@@ -157,7 +166,7 @@ cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
         i = m
     while i > 0:
         p = (i - 1) >> 2
-        if not ev_before(&last, &ev[p]):
+        if not ev_lt(&last, &ev[p]):
             break
         ev[i] = ev[p]
         i = p
