@@ -1,6 +1,6 @@
 # The packet kernel: one event loop for links (PHY + data-link layer), switches, endpoints and the task-graph
 # executor. Everything below `Engine.run` is nogil C; Python only builds the arrays before and reads them after.
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy
 from libc.math cimport log, log1p, expm1, ceil
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t, INT64_MAX
@@ -73,23 +73,52 @@ cdef inline double c_uniform(uint64_t* s) noexcept nogil:
 # children of any node (4i+1 .. 4i+4) fill exactly two cache lines. (time, order) is a total order (order is
 # unique), so the pop sequence is exactly that of any other correct priority queue: the heap's shape never shows in
 # the results.
+cdef enum:
+    MAX_LANES = 16
+
+cdef struct LaneC:             # a FIFO of events that all fire `delay` after they were created (see lanes below)
+    EventC* e                  # ring of cap events (a power of two)
+    int64_t head               # oldest
+    int64_t n
+    int64_t cap
+    ps_t delay
+
 cdef struct HeapC:
     EventC* ev                 # = raw + 1: &ev[1] on a 64-byte boundary
     EventC* raw                # the allocation (64-byte aligned)
     int64_t n
     int64_t cap
-    int64_t order
+    int64_t order              # events created so far: the tie-break of equal times, shared by heap and lanes
+    LaneC lane[16]             # MAX_LANES
+    int64_t lh_time[16]        # (time, key) of each lane's head, side by side for the scan; (INT64_MAX, ~0) if empty
+    uint64_t lh_key[16]
+    int32_t n_lanes
 
 cdef extern from *:
     """
+    #include <stdint.h>
     /* (time, key) < (time, key) as one 128-bit unsigned compare (cmp + sbb): no branch, few instructions.
        Times are never negative, so comparing them unsigned is comparing them. */
-    static inline long fabric_tk_lt(long long at, unsigned long long ak, long long bt, unsigned long long bk) {
-        return (((unsigned __int128)(unsigned long long)at << 64) | ak)
-             < (((unsigned __int128)(unsigned long long)bt << 64) | bk);
+    static inline int fabric_tk_lt(int64_t at, uint64_t ak, int64_t bt, uint64_t bk) {
+        return (((unsigned __int128)(uint64_t)at << 64) | ak) < (((unsigned __int128)(uint64_t)bt << 64) | bk);
+    }
+    /* Index of the earliest of n (time, key) pairs if it is before (bt, bk), else src: branch-free (cmov). */
+    static inline int32_t fabric_tk_first(const int64_t* t, const uint64_t* k, int32_t n,
+                                          int64_t bt, uint64_t bk, int32_t src) {
+        unsigned __int128 b = ((unsigned __int128)(uint64_t)bt << 64) | bk, v;
+        int32_t i, lt;
+        for (i = 0; i < n; i++) {
+            v = ((unsigned __int128)(uint64_t)t[i] << 64) | k[i];
+            lt = v < b;
+            b = lt ? v : b;
+            src = lt ? i : src;
+        }
+        return src;
     }
     """
-    long fabric_tk_lt(long long at, unsigned long long ak, long long bt, unsigned long long bk) nogil
+    int fabric_tk_lt(int64_t at, uint64_t ak, int64_t bt, uint64_t bk) nogil
+    int32_t fabric_tk_first(const int64_t* t, const uint64_t* k, int32_t n, int64_t bt, uint64_t bk,
+                            int32_t src) nogil
 
 cdef inline int64_t ev_lt(EventC* a, EventC* b) noexcept nogil:
     """1 if a fires before b, else 0, without a branch: which child is smaller is a coin toss the predictor would
@@ -173,6 +202,114 @@ cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
     ev[i] = last
 
 
+# ================================================================== delay lanes: FIFOs beside the heap
+# Most events fire a fixed delay after they are created: a unit's head reaches the receiver flit_ps + ch_lat after it
+# starts (one delay per kind of link), an Ack or UpdateFC crosses the reverse channel in its flit_ps + ch_lat, and
+# timers are armed for ack_ps, update_ps, refresh_ps or replay_ps. `now` never goes back, so the events of one delay
+# are created in (time, order) order: each such delay gets a FIFO ring (a lane), and the loop takes whichever is
+# earliest of the heap's top and the lane heads. Order numbers come from one counter, so the pop sequence is exactly
+# that of the heap alone, while most events skip the sift and the heap stays a few hundred entries deep.
+cdef int32_t lane_for(HeapC* h, ps_t delay) except -2:
+    """The lane of events created `delay` before they fire (set up before the run); -1 (the heap) when all
+    MAX_LANES are taken by other delays."""
+    cdef int32_t k
+    for k in range(h.n_lanes):
+        if h.lane[k].delay == delay:
+            return k
+    if h.n_lanes == MAX_LANES:
+        return -1
+    k = h.n_lanes
+    h.lane[k].e = <EventC*>malloc(256 * sizeof(EventC))
+    if h.lane[k].e == NULL:
+        raise MemoryError("event lanes")
+    h.lane[k].cap = 256
+    h.lane[k].head = 0
+    h.lane[k].n = 0
+    h.lane[k].delay = delay
+    h.lh_time[k] = INT64_MAX
+    h.lh_key[k] = ~(<uint64_t>0)
+    h.n_lanes += 1
+    return k
+
+cdef int c_push_lane(HeapC* h, int32_t k, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y,
+                     int16_t flag) except -1 nogil:
+    """Queue an event created now that fires at t = now + lane k's delay; k < 0: the heap."""
+    cdef LaneC* L
+    cdef EventC* grown
+    cdef EventC* e
+    cdef int64_t i
+    if k < 0:
+        return c_push(h, t, typ, ch, x, y, flag)
+    L = &h.lane[k]
+    if L.n == L.cap:
+        grown = <EventC*>malloc(<size_t>(2 * L.cap) * sizeof(EventC))
+        if grown == NULL:
+            with gil:
+                raise MemoryError("event lane")
+        for i in range(L.n):
+            grown[i] = L.e[(L.head + i) & (L.cap - 1)]
+        free(L.e)
+        L.e = grown
+        L.head = 0
+        L.cap *= 2
+    e = &L.e[(L.head + L.n) & (L.cap - 1)]
+    e.time = t
+    e.key = ((<uint64_t>h.order) << 24) | ((<uint64_t>(<uint16_t>flag)) << 8) | <uint64_t>(<uint8_t>typ)
+    e.y = y; e.ch = ch; e.x = x
+    h.order += 1
+    if L.n == 0:
+        h.lh_time[k] = t
+        h.lh_key[k] = e.key
+    L.n += 1
+    return 0
+
+cdef inline int32_t lane_if(HeapC* h, int32_t k, ps_t delay) noexcept nogil:
+    """Lane k if its delay is this one, else -1 (the heap): for events whose delay is usually, not always, k's."""
+    if k >= 0 and h.lane[k].delay == delay:
+        return k
+    return -1
+
+cdef inline int32_t q_first(HeapC* h) noexcept nogil:
+    """Where the earliest pending event waits: -1 the heap's top, k the head of lane k, -2 nothing is pending."""
+    if h.n > 0:
+        return fabric_tk_first(h.lh_time, h.lh_key, h.n_lanes, h.ev[0].time, h.ev[0].key, -1)
+    return fabric_tk_first(h.lh_time, h.lh_key, h.n_lanes, INT64_MAX, ~(<uint64_t>0), -2)
+
+cdef inline EventC* q_peek(HeapC* h, int32_t src) noexcept nogil:
+    if src < 0:
+        return &h.ev[0]
+    return &h.lane[src].e[h.lane[src].head]
+
+cdef inline void q_take(HeapC* h, int32_t src, EventC* out) noexcept nogil:
+    cdef LaneC* L
+    if src < 0:
+        c_pop(h, out)
+        return
+    L = &h.lane[src]
+    out[0] = L.e[L.head]
+    L.head = (L.head + 1) & (L.cap - 1)
+    L.n -= 1
+    if L.n > 0:
+        h.lh_time[src] = L.e[L.head].time
+        h.lh_key[src] = L.e[L.head].key
+    else:
+        h.lh_time[src] = INT64_MAX
+        h.lh_key[src] = ~(<uint64_t>0)
+
+cdef void q_free(HeapC* h) noexcept nogil:
+    cdef int32_t k
+    free(h.raw)
+    for k in range(h.n_lanes):
+        free(h.lane[k].e)
+
+cdef int64_t q_pending(HeapC* h) noexcept nogil:
+    cdef int64_t n = h.n
+    cdef int32_t k
+    for k in range(h.n_lanes):
+        n += h.lane[k].n
+    return n
+
+
 # ================================================================== the whole simulation state
 cdef struct SimC:
     HeapC heap
@@ -208,6 +345,11 @@ cdef struct SimC:
     ps_t xlate_ps
     ps_t p2p_ps
     ps_t watchdog_ps
+    int32_t ln_ack                 # lanes (or -1: the heap) of the fixed-delay timers and transfer completions
+    int32_t ln_upd
+    int32_t ln_refresh
+    int32_t ln_replay
+    int32_t ln_complete
     int32_t fixed_priority         # 1: serve queues in fixed order (lowest VC and port first), not round robin
     # ---- topology
     int32_t n_nodes
@@ -425,8 +567,8 @@ cdef int send_ctrl(SimC* s, int32_t ch, int kind, int32_t vc, int64_t value) exc
     if lost:
         s.k[ch].ctrl_lost += 1
         return 0
-    c_push(&s.heap, s.now + s.c[rev].flit_ps + s.c[rev].ch_lat, EV_CTRL_ARRIVE, ch, kind | (vc << 8), value,
-           s.c[ch].epoch)
+    c_push_lane(&s.heap, s.c[ch].lane_ctrl, s.now + s.c[rev].flit_ps + s.c[rev].ch_lat, EV_CTRL_ARRIVE, ch,
+                kind | (vc << 8), value, s.c[ch].epoch)
     return 0
 
 
@@ -443,7 +585,7 @@ cdef int note_ack_due(SimC* s, int32_t ch) except -1 nogil:
         return send_ack(s, ch)
     if not s.c[ch].ack_armed:
         s.c[ch].ack_armed = 1
-        c_push(&s.heap, s.now + s.ack_ps, EV_ACK_TIMER, ch, 0, s.c[ch].ack_gen, 0)
+        c_push_lane(&s.heap, s.ln_ack, s.now + s.ack_ps, EV_ACK_TIMER, ch, 0, s.c[ch].ack_gen, 0)
     return 0
 
 
@@ -452,7 +594,7 @@ cdef int send_update(SimC* s, int32_t ch, int32_t vc) except -1 nogil:
     send_ctrl(s, ch, C_UPDATEFC, vc, s.cvs[cv(s, ch, vc)].freed)
     if not s.c[ch].refresh_armed:
         s.c[ch].refresh_armed = 1
-        c_push(&s.heap, s.now + s.refresh_ps, EV_REFRESH, ch, 0, 0, 0)
+        c_push_lane(&s.heap, s.ln_refresh, s.now + s.refresh_ps, EV_REFRESH, ch, 0, 0, 0)
     return 0
 
 
@@ -467,7 +609,7 @@ cdef int free_buffer(SimC* s, int32_t ch, int32_t vc, int32_t flits) except -1 n
         return send_update(s, ch, vc)
     if not s.c[ch].cr_armed:
         s.c[ch].cr_armed = 1
-        c_push(&s.heap, s.now + s.update_ps, EV_CREDIT_TIMER, ch, 0, s.c[ch].cr_gen, 0)
+        c_push_lane(&s.heap, s.ln_upd, s.now + s.update_ps, EV_CREDIT_TIMER, ch, 0, s.c[ch].cr_gen, 0)
     return 0
 
 
@@ -478,7 +620,7 @@ cdef int arm_replay_timer(SimC* s, int32_t ch) except -1 nogil:
     if s.c[ch].rt_pending:           # the pending event re-schedules itself at the new deadline
         return 0
     s.c[ch].rt_pending = 1
-    return c_push(&s.heap, s.c[ch].rt_deadline, EV_REPLAY_TIMER, ch, 0, 0, 0)
+    return c_push_lane(&s.heap, s.ln_replay, s.c[ch].rt_deadline, EV_REPLAY_TIMER, ch, 0, 0, 0)   # = now + replay_ps
 
 
 cdef int retrain(SimC* s, int32_t ch) except -1 nogil:
@@ -528,9 +670,9 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     s.k[ch].tlp_B += r.tlp_B
     bad = phy_corrupt(s, ch, r.tlp_B)
     head = s.now + first + s.c[ch].ch_lat
-    c_push(&s.heap, fin, EV_TX_DONE, ch, 0, 0, 0)
-    c_push(&s.heap, head, EV_PKT_ARRIVE, ch, r.pkt,
-           (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((fin - s.now - first) << 33), s.c[ch].epoch)
+    c_push_lane(&s.heap, lane_if(&s.heap, s.c[ch].lane_txd, fin - s.now), fin, EV_TX_DONE, ch, 0, 0, 0)
+    c_push_lane(&s.heap, s.c[ch].lane_arr if first == s.c[ch].flit_ps else -1, head, EV_PKT_ARRIVE, ch, r.pkt,
+                (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((fin - s.now - first) << 33), s.c[ch].epoch)
     if not s.c[ch].rt_armed:
         arm_replay_timer(s, ch)
     return 0
@@ -761,7 +903,7 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
     pk.hops_left -= 1
     node = s.c[ch].ch_dst
     if pk.hops_left <= 0:
-        return c_push(&s.heap, tail, EV_DELIVER, ch, p, 0, 0)
+        return c_push_lane(&s.heap, lane_if(&s.heap, s.c[ch].lane_dlv, tail - s.now), tail, EV_DELIVER, ch, p, 0, 0)
     pk.ready_ps = s.now + s.node_lat[node]
     return enqueue_packet(s, p)
 
@@ -816,7 +958,7 @@ cdef int wake_node(SimC* s, int32_t node) except -1 nogil:
 cdef int finish_xfer(SimC* s, int32_t x) except -1 nogil:
     cdef int32_t t = s.xf[x].task
     if t >= 0:
-        c_push(&s.heap, s.now + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
+        c_push_lane(&s.heap, s.ln_complete, s.now + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
     return 0
 
 
@@ -991,15 +1133,19 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
     cdef int32_t ch
     cdef int64_t budget_end = s.events + max_events
     cdef int vc, typ
-    while s.heap.n > 0:
-        if s.events >= budget_end or s.heap.ev[0].time > until_ps:
+    cdef int32_t src
+    while True:
+        src = q_first(&s.heap)
+        if src == -2:
+            break
+        if s.events >= budget_end or q_peek(&s.heap, src).time > until_ps:
             outcome[0] = R_PAUSED
             return 0
         if (s.events & 1023) == 0 and s.now - s.last_progress > s.watchdog_ps and (
                 s.tasks_left > 0 or s.pkts_live > 0):
             outcome[0] = R_STUCK
             return 0
-        c_pop(&s.heap, &e)
+        q_take(&s.heap, src, &e)
         s.now = e.time
         s.events += 1
         ch = e.ch
@@ -1085,7 +1231,7 @@ cdef class Engine:
         self._started = False
 
     def __dealloc__(self):
-        free(self.s.heap.raw)
+        q_free(&self.s.heap)
         free(self.s.pk)
         free(self.s.xf)
         free(self.s.ring)
@@ -1216,13 +1362,26 @@ cdef class Engine:
         # ---- packets
         s.pk_cap = 1024
         s.pk = <PacketC*>aligned_alloc(64, s.pk_cap * sizeof(PacketC))
+        if s.pk == NULL:
+            raise MemoryError("packet pool")
         for i in range(s.pk_cap - 1):
             s.pk[i].next = i + 1
         s.pk[s.pk_cap - 1].next = -1
         s.pk_free = 0
-        if s.pk == NULL:
-            raise MemoryError("packet pool")
         heap_alloc(&s.heap, 1024)
+        s.ln_ack = lane_for(&s.heap, s.ack_ps)
+        s.ln_upd = lane_for(&s.heap, s.update_ps)
+        s.ln_refresh = lane_for(&s.heap, s.refresh_ps)
+        s.ln_replay = lane_for(&s.heap, s.replay_ps)
+        s.ln_complete = lane_for(&s.heap, s.complete_ps)
+        for i in range(C):      # a unit's head (full first flit) and the messages about it: one lane per link kind
+            s.c[i].lane_arr = lane_for(&s.heap, s.c[i].flit_ps + s.c[i].ch_lat)
+            s.c[i].lane_ctrl = lane_for(&s.heap, s.c[s.c[i].ch_rev].flit_ps + s.c[s.c[i].ch_rev].ch_lat)
+            # a full packet (max payload) keeps the transmitter busy for ser and its tail follows its head by
+            # ser - first flit: the usual delays of EV_TX_DONE and EV_DELIVER (others go to the heap)
+            ser_full = <ps_t>((s.maxp_B + s.hdr_B) * s.c[i].ps_per_tlpB + 0.5)
+            s.c[i].lane_txd = <int8_t>lane_for(&s.heap, ser_full)
+            s.c[i].lane_dlv = <int8_t>(lane_for(&s.heap, ser_full - s.c[i].flit_ps) if ser_full > s.c[i].flit_ps else -1)
 
         # ---- tasks and the transfers they start
         kind = np.asarray(graph["kind"], np.int8)
@@ -1371,7 +1530,7 @@ cdef class Engine:
 
     @property
     def pending_events(self):
-        return self.s.heap.n
+        return q_pending(&self.s.heap)
 
     def counters(self):
         """Per-channel counters as zero-copy int64 views: strided columns of the CntC table, whose base keeps it
