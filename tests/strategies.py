@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from fabric.config import load_config
 from fabric.taskgraph import transfer_graph
+from fabric.topology import build
 
 
 @st.composite
@@ -55,3 +56,42 @@ def link_faults(draw, max_faults=4):
             faults.append((kind, ch, draw(st.integers(0 if kind == "corrupt_flit" else 1, 40)),
                            draw(st.integers(1, 8)) if kind == "corrupt_flit" else 1))
     return faults
+
+
+TOPOLOGIES = [
+    {"topology.kind": "accel_mesh", "topology.mesh_dims": "2x2x2"},
+    {"topology.kind": "accel_mesh", "topology.mesh_dims": "3x2x1"},
+    {"topology.kind": "accel_torus", "topology.mesh_dims": "3x3x1", "topology.wrap": "true", "link.vcs": "4"},
+    {"topology.kind": "sd200", "topology.switch_mesh_dims": "2x2x1", "topology.accels_per_domain": "2"},
+    {"topology.kind": "scaleout_roce", "topology.scaleout_hosts": "2", "topology.accels_per_domain": "2",
+     "topology.nics_per_host": "2"},
+]
+
+
+@st.composite
+def fabric_case(draw):
+    """A small random fabric (mesh, torus, sd200, scale-out), data-link parameters, BER, random stores and loads
+    and injected faults: (cfg, topo, graph, faults)."""
+    over = dict(draw(st.sampled_from(TOPOLOGIES)))
+    payload = draw(st.sampled_from([64, 256, 1024]))
+    over.update({"txn.max_payload_bytes": payload, "txn.max_read_request_bytes": payload,
+                 "txn.read_tags": draw(st.integers(1, 8)),
+                 "link.credit_flits": draw(st.integers(5, 32)), "link.replay_buffer_flits": draw(st.integers(5, 32)),
+                 "link.seq_bits": draw(st.integers(3, 12)),
+                 "endpoint.e2e_window_bytes": draw(st.integers(payload, 8 * payload)),
+                 "phy.ber": draw(st.sampled_from([0.0, 1e-7, 1e-6, 2e-5])),
+                 "sim.seed": draw(st.integers(0, 1000))})
+    cfg = load_config(overrides=over)
+    topo = build(cfg)
+    R = topo.n_ranks
+    n = draw(st.integers(1, 24))
+    src = np.array(draw(st.lists(st.integers(0, R - 1), min_size=n, max_size=n)), np.int32)
+    off = np.array(draw(st.lists(st.integers(1, R - 1), min_size=n, max_size=n)), np.int32)
+    dst = (src + off) % R
+    op = np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.int8)
+    nbytes = np.array(draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n)), np.int64)
+    graph = transfer_graph(src, dst, nbytes, op)
+    faults = [(draw(st.sampled_from(["corrupt_flit", "lose_ack", "lose_credit"])),
+               draw(st.integers(0, topo.n_channels - 1)), draw(st.integers(1, 30)), draw(st.integers(1, 4)))
+              for _ in range(draw(st.integers(0, 3)))]
+    return cfg, topo, graph, faults

@@ -93,6 +93,7 @@ cdef struct HeapC:
     int64_t lh_time[16]        # (time, key) of each lane's head, side by side for the scan; (INT64_MAX, ~0) if empty
     uint64_t lh_key[16]
     int32_t n_lanes
+    int32_t max_lanes          # lanes allowed (MAX_LANES; 0 puts every event in the heap, for equivalence tests)
 
 cdef extern from *:
     """
@@ -216,7 +217,7 @@ cdef int32_t lane_for(HeapC* h, ps_t delay) except -2:
     for k in range(h.n_lanes):
         if h.lane[k].delay == delay:
             return k
-    if h.n_lanes == MAX_LANES:
+    if h.n_lanes >= h.max_lanes:
         return -1
     k = h.n_lanes
     h.lane[k].e = <EventC*>malloc(256 * sizeof(EventC))
@@ -1250,8 +1251,10 @@ cdef class Engine:
         self._keep[name] = a
         return cnp.PyArray_DATA(a)
 
-    def __init__(self, dict p, dict topo, dict graph, bint analytic=False):
-        """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays."""
+    def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES):
+        """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays.
+        event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone; the results are
+        the same either way, which tests/test_event_queue.py checks)."""
         cdef SimC* s = &self.s
         cdef int32_t C, N, R, V, n, i
         cdef ChanC* cc
@@ -1369,6 +1372,7 @@ cdef class Engine:
         s.pk[s.pk_cap - 1].next = -1
         s.pk_free = 0
         heap_alloc(&s.heap, 1024)
+        s.heap.max_lanes = min(max(event_lanes, 0), MAX_LANES)
         s.ln_ack = lane_for(&s.heap, s.ack_ps)
         s.ln_upd = lane_for(&s.heap, s.update_ps)
         s.ln_refresh = lane_for(&s.heap, s.refresh_ps)
