@@ -90,8 +90,10 @@ cdef struct HeapC:
     int64_t cap
     int64_t order              # events created so far: the tie-break of equal times, shared by heap and lanes
     LaneC lane[16]             # MAX_LANES
-    int64_t lh_time[16]        # (time, key) of each lane's head, side by side for the scan; (INT64_MAX, ~0) if empty
+    int64_t lh_time[16]        # (time, key) of each lane's head; (INT64_MAX, ~0) when empty
     uint64_t lh_key[16]
+    int32_t win[32]            # winner tree over the lanes: win[i] = earliest lane under node i; leaves win[tp + k] = k
+    int32_t tp                 # leaves in the tree (a power of two >= n_lanes)
     int32_t n_lanes
     int32_t max_lanes          # lanes allowed (MAX_LANES; 0 puts every event in the heap, for equivalence tests)
 
@@ -103,23 +105,8 @@ cdef extern from *:
     static inline int fabric_tk_lt(int64_t at, uint64_t ak, int64_t bt, uint64_t bk) {
         return (((unsigned __int128)(uint64_t)at << 64) | ak) < (((unsigned __int128)(uint64_t)bt << 64) | bk);
     }
-    /* Index of the earliest of n (time, key) pairs if it is before (bt, bk), else src: branch-free (cmov). */
-    static inline int32_t fabric_tk_first(const int64_t* t, const uint64_t* k, int32_t n,
-                                          int64_t bt, uint64_t bk, int32_t src) {
-        unsigned __int128 b = ((unsigned __int128)(uint64_t)bt << 64) | bk, v;
-        int32_t i, lt;
-        for (i = 0; i < n; i++) {
-            v = ((unsigned __int128)(uint64_t)t[i] << 64) | k[i];
-            lt = v < b;
-            b = lt ? v : b;
-            src = lt ? i : src;
-        }
-        return src;
-    }
     """
     int fabric_tk_lt(int64_t at, uint64_t ak, int64_t bt, uint64_t bk) nogil
-    int32_t fabric_tk_first(const int64_t* t, const uint64_t* k, int32_t n, int64_t bt, uint64_t bk,
-                            int32_t src) nogil
 
 cdef inline int64_t ev_lt(EventC* a, EventC* b) noexcept nogil:
     """1 if a fires before b, else 0, without a branch: which child is smaller is a coin toss the predictor would
@@ -227,41 +214,69 @@ cdef int32_t lane_for(HeapC* h, ps_t delay) except -2:
     h.lane[k].head = 0
     h.lane[k].n = 0
     h.lane[k].delay = delay
-    h.lh_time[k] = INT64_MAX
-    h.lh_key[k] = ~(<uint64_t>0)
     h.n_lanes += 1
+    lanes_tree(h)
     return k
 
-cdef int c_push_lane(HeapC* h, int32_t k, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y,
-                     int16_t flag) except -1 nogil:
+cdef void lanes_tree(HeapC* h) noexcept nogil:
+    """(Re)build the winner tree over the lanes (set-up: lanes are registered before the run)."""
+    cdef int32_t k, i
+    h.tp = 1
+    while h.tp < h.n_lanes:
+        h.tp *= 2
+    for k in range(h.tp):
+        if k >= h.n_lanes or h.lane[k].n == 0:
+            h.lh_time[k] = INT64_MAX
+            h.lh_key[k] = ~(<uint64_t>0)
+        h.win[h.tp + k] = k
+    for i in range(h.tp - 1, 0, -1):
+        h.win[i] = win_of(h, h.win[2 * i], h.win[2 * i + 1])
+
+cdef inline int32_t win_of(HeapC* h, int32_t a, int32_t b) noexcept nogil:
+    """The lane whose head fires first of lanes a and b (branch-free)."""
+    return a ^ ((a ^ b) & -fabric_tk_lt(h.lh_time[b], h.lh_key[b], h.lh_time[a], h.lh_key[a]))
+
+cdef inline void lane_fix(HeapC* h, int32_t k) noexcept nogil:
+    """Lane k's head changed: replay its path to the root (log2 of the lanes compares, not one per lane)."""
+    cdef int32_t i = (h.tp + k) >> 1
+    while i >= 1:
+        h.win[i] = win_of(h, h.win[2 * i], h.win[2 * i + 1])
+        i >>= 1
+
+cdef int lane_grow(LaneC* L) except -1 nogil:
+    cdef EventC* grown = <EventC*>malloc(<size_t>(2 * L.cap) * sizeof(EventC))
+    cdef int64_t i
+    if grown == NULL:
+        with gil:
+            raise MemoryError("event lane")
+    for i in range(L.n):
+        grown[i] = L.e[(L.head + i) & (L.cap - 1)]
+    free(L.e)
+    L.e = grown
+    L.head = 0
+    L.cap *= 2
+    return 0
+
+cdef inline int c_push_lane(HeapC* h, int32_t k, ps_t t, int16_t typ, int32_t ch, int32_t x, int64_t y,
+                            int16_t flag) except -1 nogil:
     """Queue an event created now that fires at t = now + lane k's delay; k < 0: the heap."""
     cdef LaneC* L
-    cdef EventC* grown
     cdef EventC* e
-    cdef int64_t i
     if k < 0:
         return c_push(h, t, typ, ch, x, y, flag)
     L = &h.lane[k]
     if L.n == L.cap:
-        grown = <EventC*>malloc(<size_t>(2 * L.cap) * sizeof(EventC))
-        if grown == NULL:
-            with gil:
-                raise MemoryError("event lane")
-        for i in range(L.n):
-            grown[i] = L.e[(L.head + i) & (L.cap - 1)]
-        free(L.e)
-        L.e = grown
-        L.head = 0
-        L.cap *= 2
+        lane_grow(L)
     e = &L.e[(L.head + L.n) & (L.cap - 1)]
     e.time = t
     e.key = ((<uint64_t>h.order) << 24) | ((<uint64_t>(<uint16_t>flag)) << 8) | <uint64_t>(<uint8_t>typ)
     e.y = y; e.ch = ch; e.x = x
     h.order += 1
-    if L.n == 0:
+    L.n += 1
+    if L.n == 1:
         h.lh_time[k] = t
         h.lh_key[k] = e.key
-    L.n += 1
+        lane_fix(h, k)
     return 0
 
 cdef inline int32_t lane_if(HeapC* h, int32_t k, ps_t delay) noexcept nogil:
@@ -272,9 +287,15 @@ cdef inline int32_t lane_if(HeapC* h, int32_t k, ps_t delay) noexcept nogil:
 
 cdef inline int32_t q_first(HeapC* h) noexcept nogil:
     """Where the earliest pending event waits: -1 the heap's top, k the head of lane k, -2 nothing is pending."""
-    if h.n > 0:
-        return fabric_tk_first(h.lh_time, h.lh_key, h.n_lanes, h.ev[0].time, h.ev[0].key, -1)
-    return fabric_tk_first(h.lh_time, h.lh_key, h.n_lanes, INT64_MAX, ~(<uint64_t>0), -2)
+    cdef int32_t w
+    if h.n_lanes == 0:
+        return -1 if h.n > 0 else -2
+    w = h.win[1]
+    if h.lane[w].n == 0:
+        return -1 if h.n > 0 else -2
+    if h.n > 0 and fabric_tk_lt(h.ev[0].time, h.ev[0].key, h.lh_time[w], h.lh_key[w]):
+        return -1
+    return w
 
 cdef inline EventC* q_peek(HeapC* h, int32_t src) noexcept nogil:
     if src < 0:
@@ -296,6 +317,7 @@ cdef inline void q_take(HeapC* h, int32_t src, EventC* out) noexcept nogil:
     else:
         h.lh_time[src] = INT64_MAX
         h.lh_key[src] = ~(<uint64_t>0)
+    lane_fix(h, src)
 
 cdef void q_free(HeapC* h) noexcept nogil:
     cdef int32_t k
