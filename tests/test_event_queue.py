@@ -16,8 +16,10 @@ from fabric.topology import build
 from strategies import fabric_case
 
 
-def run_engine(cfg, topo, graph, faults=(), event_lanes=16, slice_events=2**62):
-    eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), sim.as_arrays(graph), False, event_lanes)
+def run_engine(cfg, topo, graph, faults=(), event_lanes=16, lane_min_heap=0, slice_events=2**62):
+    """lane_min_heap=0: events use their lanes from the start (the default, 64, keeps small runs in the heap)."""
+    eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), sim.as_arrays(graph), False, event_lanes,
+                        lane_min_heap)
     for kind, ch, n, k in faults:
         eng.add_fault(sim.FAULTS[kind], int(ch), int(n), int(k))
     while eng.run(max_events=slice_events) == kernel.PAUSED:
@@ -45,6 +47,7 @@ def test_lanes_pop_the_heaps_sequence_on_random_fabrics_with_errors(case):
     heap_only = run_engine(cfg, topo, graph, faults, event_lanes=0)
     assert_same(run_engine(cfg, topo, graph, faults), heap_only)
     assert_same(run_engine(cfg, topo, graph, faults, slice_events=97), heap_only)
+    assert_same(run_engine(cfg, topo, graph, faults, lane_min_heap=8), heap_only)   # events move between both
 
 
 def test_lanes_pop_the_heaps_sequence_on_a_busy_mesh():
@@ -54,3 +57,4 @@ def test_lanes_pop_the_heaps_sequence_on_a_busy_mesh():
     heap_only = run_engine(cfg, topo, graph, event_lanes=0)
     assert heap_only[0]["events"] > 100_000
     assert_same(run_engine(cfg, topo, graph), heap_only)
+    assert_same(run_engine(cfg, topo, graph, lane_min_heap=64), heap_only)

@@ -96,6 +96,8 @@ cdef struct HeapC:
     int32_t tp                 # leaves in the tree (a power of two >= n_lanes)
     int32_t n_lanes
     int32_t max_lanes          # lanes allowed (MAX_LANES; 0 puts every event in the heap, for equivalence tests)
+    int64_t lane_min_heap      # events use their lane only while the heap holds at least this many (a small heap
+                               # is cheaper than a lane; where an event waits never changes the pop sequence)
 
 cdef extern from *:
     """
@@ -262,7 +264,7 @@ cdef inline int c_push_lane(HeapC* h, int32_t k, ps_t t, int16_t typ, int32_t ch
     """Queue an event created now that fires at t = now + lane k's delay; k < 0: the heap."""
     cdef LaneC* L
     cdef EventC* e
-    if k < 0:
+    if k < 0 or h.n < h.lane_min_heap:
         return c_push(h, t, typ, ch, x, y, flag)
     L = &h.lane[k]
     if L.n == L.cap:
@@ -1300,10 +1302,12 @@ cdef class Engine:
         self._keep[name] = a
         return cnp.PyArray_DATA(a)
 
-    def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES):
+    def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
+                 int64_t lane_min_heap=64):
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays.
-        event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone; the results are
-        the same either way, which tests/test_event_queue.py checks)."""
+        event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone);
+        lane_min_heap: events go to their lane only while the heap holds at least this many. Neither changes
+        results (tests/test_event_queue.py checks), only speed: lanes pay off once the heap is deep."""
         cdef SimC* s = &self.s
         cdef int32_t C, N, R, V, n, i
         cdef ChanC* cc
@@ -1422,6 +1426,7 @@ cdef class Engine:
         s.pk_free = 0
         heap_alloc(&s.heap, 1024)
         s.heap.max_lanes = min(max(event_lanes, 0), MAX_LANES)
+        s.heap.lane_min_heap = max(lane_min_heap, 0)
         s.ln_ack = lane_for(&s.heap, s.ack_ps)
         s.ln_upd = lane_for(&s.heap, s.update_ps)
         s.ln_refresh = lane_for(&s.heap, s.refresh_ps)
