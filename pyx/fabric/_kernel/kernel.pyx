@@ -281,10 +281,14 @@ cdef inline int c_push_lane(HeapC* h, int32_t k, ps_t t, int16_t typ, int32_t ch
         lane_fix(h, k)
     return 0
 
-cdef inline int32_t lane_if(HeapC* h, int32_t k, ps_t delay) noexcept nogil:
-    """Lane k if its delay is this one, else -1 (the heap): for events whose delay is usually, not always, k's."""
+cdef inline int32_t lane_pick(HeapC* h, int32_t k, ps_t delay) noexcept nogil:
+    """The lane of events `delay` ahead: k (the one a channel used last) if its delay fits, else any lane of that
+    delay, else -1 (the heap). For events whose delay depends on the packet's size."""
     if k >= 0 and h.lane[k].delay == delay:
         return k
+    for k in range(h.n_lanes):
+        if h.lane[k].delay == delay:
+            return k
     return -1
 
 cdef inline int32_t q_first(HeapC* h) noexcept nogil:
@@ -375,6 +379,8 @@ cdef struct SimC:
     int32_t ln_refresh
     int32_t ln_replay
     int32_t ln_complete
+    int32_t ln_inject              # a transfer's issue + address translation (+ P2P forwarding across hosts)
+    int32_t ln_inject_p2p
     int32_t fixed_priority         # 1: serve queues in fixed order (lowest VC and port first), not round robin
     # ---- topology
     int32_t n_nodes
@@ -695,8 +701,10 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     s.k[ch].tlp_B += r.tlp_B
     bad = phy_corrupt(s, ch, r.tlp_B)
     head = s.now + first + s.c[ch].ch_lat
-    c_push_lane(&s.heap, lane_if(&s.heap, s.c[ch].lane_txd, fin - s.now), fin, EV_TX_DONE, ch, 0, 0, 0)
-    c_push_lane(&s.heap, s.c[ch].lane_arr if first == s.c[ch].flit_ps else -1, head, EV_PKT_ARRIVE, ch, r.pkt,
+    s.c[ch].lane_txd = <int8_t>lane_pick(&s.heap, s.c[ch].lane_txd, fin - s.now)
+    c_push_lane(&s.heap, s.c[ch].lane_txd, fin, EV_TX_DONE, ch, 0, 0, 0)
+    s.c[ch].lane_arr = lane_pick(&s.heap, s.c[ch].lane_arr, head - s.now)
+    c_push_lane(&s.heap, s.c[ch].lane_arr, head, EV_PKT_ARRIVE, ch, r.pkt,
                 (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((fin - s.now - first) << 33), s.c[ch].epoch)
     if not s.c[ch].rt_armed:
         arm_replay_timer(s, ch)
@@ -930,7 +938,8 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
     pk.hops_left -= 1
     node = s.c[ch].ch_dst
     if pk.hops_left <= 0:
-        return c_push_lane(&s.heap, lane_if(&s.heap, s.c[ch].lane_dlv, tail - s.now), tail, EV_DELIVER, ch, p, 0, 0)
+        s.c[ch].lane_dlv = <int8_t>lane_pick(&s.heap, s.c[ch].lane_dlv, tail - s.now)
+        return c_push_lane(&s.heap, s.c[ch].lane_dlv, tail, EV_DELIVER, ch, p, 0, 0)
     pk.ready_ps = s.now + s.node_lat[node]
     return enqueue_packet(s, p)
 
@@ -1071,7 +1080,7 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
 
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
-    cdef int32_t key, x, p
+    cdef int32_t key, x, p, k
     cdef int8_t kind = s.t_kind[t]
     cdef XferC* xf
     cdef ps_t when
@@ -1086,8 +1095,10 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
         when = s.now + s.issue_ps + s.xlate_ps
         if xf.src == xf.dst or xf.status != 0:     # local, or Unsupported Request answered by the ingress port
             return c_push(&s.heap, when, EV_TASK_DONE, -1, t, 0, 0)
+        k = s.ln_inject
         if s.node_domain[xf.src] != s.node_domain[xf.dst]:
             when += s.p2p_ps
+            k = s.ln_inject_p2p
         if s.analytic:
             if xf.kind == 1:
                 p = xf.path
@@ -1096,7 +1107,7 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
             when = analytic_oneway(s, xf.path, xf.total_B,
                                    <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B), when, True)
             return c_push(&s.heap, when + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
-        return c_push(&s.heap, when, EV_XFER_INJECT, -1, x, 0, 0)
+        return c_push_lane(&s.heap, k, when, EV_XFER_INJECT, -1, x, 0, 0)
     if s.t_stream[t] >= 0:
         key = s.t_rank[t] * s.n_streams + s.t_stream[t]
         if s.s_busy[key]:
@@ -1311,6 +1322,8 @@ cdef class Engine:
         cdef SimC* s = &self.s
         cdef int32_t C, N, R, V, n, i
         cdef ChanC* cc
+        cdef int64_t tlp
+        cdef ps_t ser, first
         s.analytic = analytic
         s.levels = int(topo["vc_levels"])
         s.nvc = 2 * s.levels
@@ -1432,14 +1445,21 @@ cdef class Engine:
         s.ln_refresh = lane_for(&s.heap, s.refresh_ps)
         s.ln_replay = lane_for(&s.heap, s.replay_ps)
         s.ln_complete = lane_for(&s.heap, s.complete_ps)
-        for i in range(C):      # a unit's head (full first flit) and the messages about it: one lane per link kind
-            s.c[i].lane_arr = lane_for(&s.heap, s.c[i].flit_ps + s.c[i].ch_lat)
+        s.ln_inject = lane_for(&s.heap, s.issue_ps + s.xlate_ps)
+        s.ln_inject_p2p = lane_for(&s.heap, s.issue_ps + s.xlate_ps + s.p2p_ps)
+        for i in range(C):      # Acks and UpdateFCs about a channel cross its reverse: one delay per link kind
             s.c[i].lane_ctrl = lane_for(&s.heap, s.c[s.c[i].ch_rev].flit_ps + s.c[s.c[i].ch_rev].ch_lat)
-            # a full packet (max payload) keeps the transmitter busy for ser and its tail follows its head by
-            # ser - first flit: the usual delays of EV_TX_DONE and EV_DELIVER (others go to the heap)
-            ser_full = <ps_t>((s.maxp_B + s.hdr_B) * s.c[i].ps_per_tlpB + 0.5)
-            s.c[i].lane_txd = <int8_t>lane_for(&s.heap, ser_full)
-            s.c[i].lane_dlv = <int8_t>(lane_for(&s.heap, ser_full - s.c[i].flit_ps) if ser_full > s.c[i].flit_ps else -1)
+            s.c[i].lane_arr = s.c[i].lane_txd = s.c[i].lane_dlv = -1
+        # A unit of tlp bytes keeps its transmitter busy ser = tlp x ps_per_tlpB, its head arrives first + ch_lat
+        # later (first = one flit or ser if shorter) and its tail ser - first after its head: lanes for the
+        # packet sizes the transfers will mostly produce (full packets, then the commonest remainders)
+        for tlp in self._common_packet_sizes(p, graph):
+            for i in range(C):
+                ser = max(<ps_t>(tlp * s.c[i].ps_per_tlpB + 0.5), 1)
+                first = ser if ser < s.c[i].flit_ps else s.c[i].flit_ps
+                lane_for(&s.heap, first + s.c[i].ch_lat)
+                lane_for(&s.heap, ser)
+                lane_for(&s.heap, ser - first)
 
         # ---- tasks and the transfers they start
         kind = np.asarray(graph["kind"], np.int8)
@@ -1467,6 +1487,22 @@ cdef class Engine:
         s.an_free = <ps_t*>self._zeros("an_free", C, np.int64)
         s.tasks_left = n
         self._build_transfers(graph)
+
+    def _common_packet_sizes(self, dict p, dict graph, int top=3):
+        """Header + payload sizes of the packets the graph's transfers produce, commonest first (at most top):
+        full packets of max_payload_B, each transfer's remainder, header-only read requests."""
+        kind = np.asarray(graph["kind"], np.int8)
+        is_x = kind == T_TRANSFER
+        nbytes = np.asarray(graph["nbytes"], np.int64)[is_x]
+        load = np.asarray(graph["op"], np.int8)[is_x] == 1
+        maxp, hdr, mrrs = int(p["max_payload_B"]), int(p["header_B"]), int(p["mrrs_B"])
+        sizes = np.concatenate([[maxp + hdr], nbytes % maxp + hdr, [hdr]])
+        counts = np.concatenate([[int((nbytes // maxp).sum())], (nbytes % maxp > 0).astype(np.int64),
+                                 [int(((nbytes[load] + mrrs - 1) // mrrs).sum())]])
+        uniq, inv = np.unique(sizes, return_inverse=True)
+        tot = np.bincount(inv, weights=counts)
+        order = np.argsort(-tot, kind="stable")
+        return [int(uniq[j]) for j in order[:top] if tot[j] > 0]
 
     cdef int64_t* _ptr(self, str name):
         return <int64_t*>cnp.PyArray_DATA(self._keep[name])
