@@ -400,8 +400,7 @@ cdef struct SimC:
     CntC* k                        # [ch]
     CvC* cvs                       # [ch*nvc+vc]
     # ---- queues (VOQ per output channel x VC x input slot; the injection slot holds transfers)
-    int32_t* q_head
-    int32_t* q_tail
+    QueueC* q                      # [q_base + idx]: head and tail of each queue, side by side (one line, not two)
     uint64_t* q_bits               # per ch: bitmap of its non-empty queues (bit idx = vc * n_slots + slot)
     ReplayC* ring
     int32_t ring_cap               # replay ring slots per channel: a power of two >= window
@@ -754,7 +753,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             vc += 1
         c = cv(s, ch, vc)
         if slot == nslots - 1:                                          # injection: carve from a transfer
-            x = s.q_head[qi]
+            x = s.q[qi].head
             xf = &s.xf[x]
             if xf.kind == 1:
                 if s.tags_free[xf.src] <= 0:
@@ -794,27 +793,27 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
                 s.k[ch].payload_B += payload
                 if xf.kind == 0:
                     s.e2e_avail[<int64_t>xf.src * s.n_ranks + xf.dst] -= payload
-            s.q_head[qi] = xf.next                                      # rotate or retire the transfer
+            s.q[qi].head = xf.next                                      # rotate or retire the transfer
             if xf.next >= 0:                        # the transfer this port carves from next: fetch its line now
                 __builtin_prefetch(&s.xf[xf.next])
-            if s.q_head[qi] < 0:
-                s.q_tail[qi] = -1
+            if s.q[qi].head < 0:
+                s.q[qi].tail = -1
             if xf.carved_B < xf.avail_B:
                 xf.next = -1
-                if s.q_tail[qi] >= 0:
-                    s.xf[s.q_tail[qi]].next = x
+                if s.q[qi].tail >= 0:
+                    s.xf[s.q[qi].tail].next = x
                 else:
-                    s.q_head[qi] = x
-                s.q_tail[qi] = x
+                    s.q[qi].head = x
+                s.q[qi].tail = x
             else:
                 xf.queued = 0
                 xf.next = -1
-                if s.q_head[qi] < 0:
+                if s.q[qi].head < 0:
                     s.c[ch].q_busy -= 1
                     q_unmark(s, ch, idx)
             s.c[ch].tx_free_ch = -1
         else:                                                           # a packet waiting in a VOQ
-            p = s.q_head[qi]
+            p = s.q[qi].head
             pk = &s.pk[p]
             if pk.ready_ps > s.now:                                     # still in the switch pipeline
                 if pk.ready_ps < next_ready:
@@ -826,11 +825,11 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
                 continue
             if s.c[ch].r_flits + flits > s.replay_cap_flits:
                 return 0
-            s.q_head[qi] = pk.next
+            s.q[qi].head = pk.next
             if pk.next >= 0:                        # the packet this queue offers next: fetch its line now
                 __builtin_prefetch(&s.pk[pk.next])
             else:
-                s.q_tail[qi] = -1
+                s.q[qi].tail = -1
                 s.c[ch].q_busy -= 1
                 q_unmark(s, ch, idx)
             q_account(s, ch, -1)
@@ -954,13 +953,13 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
     cdef int32_t idx = vc * s.n_slots[s.c[out].ch_src] + s.c[pk.in_ch].ch_slot
     cdef int64_t qi = s.c[out].q_base + idx
     pk.next = -1
-    if s.q_tail[qi] >= 0:
-        s.pk[s.q_tail[qi]].next = p
+    if s.q[qi].tail >= 0:
+        s.pk[s.q[qi].tail].next = p
     else:
-        s.q_head[qi] = p
+        s.q[qi].head = p
         s.c[out].q_busy += 1
         q_mark(s, out, idx)
-    s.q_tail[qi] = p
+    s.q[qi].tail = p
     q_account(s, out, 1)
     return try_send(s, out)
 
@@ -974,13 +973,13 @@ cdef int enqueue_xfer(SimC* s, int32_t x) except -1 nogil:
     cdef int64_t qi = s.c[ch].q_base + vc * nslots + nslots - 1
     xf.queued = 1
     xf.next = -1
-    if s.q_tail[qi] >= 0:
-        s.xf[s.q_tail[qi]].next = x
+    if s.q[qi].tail >= 0:
+        s.xf[s.q[qi].tail].next = x
     else:
-        s.q_head[qi] = x
+        s.q[qi].head = x
         s.c[ch].q_busy += 1
         q_mark(s, ch, vc * nslots + nslots - 1)
-    s.q_tail[qi] = x
+    s.q[qi].tail = x
     return try_send(s, ch)
 
 
@@ -1379,8 +1378,7 @@ cdef class Engine:
         s.n_slots = <int32_t*>self._arr("n_slots", nslots, np.int32)
         qsize = V * nslots[ch_src].astype(np.int64)
         qbase = (np.cumsum(qsize) - qsize).astype(np.int64)
-        s.q_head = <int32_t*>self._zeros("q_head", qsize.sum(), np.int32, -1)
-        s.q_tail = <int32_t*>self._zeros("q_tail", qsize.sum(), np.int32, -1)
+        s.q = <QueueC*>self._zeros("q", 2 * qsize.sum(), np.int32, -1)
         qwords = (qsize + 63) // 64
         qb_base = (np.cumsum(qwords) - qwords).astype(np.int64)
         s.q_bits = <uint64_t*>self._zeros("q_bits", qwords.sum(), np.uint64)

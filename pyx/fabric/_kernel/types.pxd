@@ -85,6 +85,11 @@ cdef struct XferC:
     int8_t d_kind              # = kind
     int8_t _pad2[7]
 
+# ------------------------------------------------------------------ queues
+cdef struct QueueC:            # a FIFO of packets (VOQ) or transfers (injection slot), linked through their .next;
+    int32_t head               # head and tail side by side: one cache line per queue touched, not two (-1: empty)
+    int32_t tail
+
 # ------------------------------------------------------------------ replay buffer entry
 cdef struct ReplayC:
     int32_t pkt                # packet (dereferenced only if the receiver accepts it)
@@ -103,7 +108,7 @@ cdef struct ChanC:
     ps_t stall_since           # start of the current credit stall (-1: none)
     ps_t wake_at               # time of its pending EV_WAKE (-1: none)
     ps_t rt_deadline           # replay timer: expiry while armed (re-arming moves it, pushes nothing)
-    int64_t q_base             # offset of its queues in q_head / q_tail
+    int64_t q_base             # offset of its queues in SimC.q
     int64_t qb_base            # offset of its bitmap words in q_bits
     int32_t r_head             # replay ring: oldest unacknowledged unit
     int32_t r_count            # units unacknowledged
