@@ -193,12 +193,14 @@ cdef inline void c_pop(HeapC* h, EventC* out) noexcept nogil:
 
 
 # ================================================================== delay lanes: FIFOs beside the heap
-# Most events fire a fixed delay after they are created: a unit's head reaches the receiver flit_ps + ch_lat after it
-# starts (one delay per kind of link), an Ack or UpdateFC crosses the reverse channel in its flit_ps + ch_lat, and
-# timers are armed for ack_ps, update_ps, refresh_ps or replay_ps. `now` never goes back, so the events of one delay
-# are created in (time, order) order: each such delay gets a FIFO ring (a lane), and the loop takes whichever is
-# earliest of the heap's top and the lane heads. Order numbers come from one counter, so the pop sequence is exactly
-# that of the heap alone, while most events skip the sift and the heap stays a few hundred entries deep.
+# Most events fire a fixed delay after they are created: a unit's head reaches the receiver, its transmitter is free
+# and its tail arrives fixed times after it starts (per kind of link and packet size), an Ack or UpdateFC crosses the
+# reverse channel in its flit_ps + ch_lat, timers are armed for ack_ps, update_ps, refresh_ps or replay_ps, a
+# transfer is issued after issue_ps + xlate_ps (+ p2p_ps). `now` never goes back, so the events of one delay are
+# created in (time, order) order: each such delay gets a FIFO ring (a lane, set up with the engine), and the loop
+# takes whichever is earliest of the heap's top and the lane heads (a winner tree over the lanes). Order numbers
+# come from one counter, so the pop sequence is exactly that of the heap alone, while most events skip the sift.
+# Any event may wait in the heap instead of its lane without changing that (lane_min_heap, lanes all taken).
 cdef int32_t lane_for(HeapC* h, ps_t delay) except -2:
     """The lane of events created `delay` before they fire (set up before the run); -1 (the heap) when all
     MAX_LANES are taken by other delays."""

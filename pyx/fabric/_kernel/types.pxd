@@ -130,8 +130,8 @@ cdef struct ChanC:
     int8_t tx_busy             # serialising a unit
     int8_t rt_armed            # replay timer armed
     int8_t rt_pending          # a replay-timer event for it is in the heap
-    int8_t lane_txd            # event lane of its EV_TX_DONE when a full packet is sent (-1: the heap)
-    int8_t lane_dlv            # event lane of EV_DELIVER when a full packet's tail arrives (-1: the heap)
+    int8_t lane_txd            # event lane its last EV_TX_DONE went to (kernel.pyx: delay lanes; -1: the heap)
+    int8_t lane_dlv            # event lane its last EV_DELIVER went to
     int8_t _pad2[1]
     # -- line 3: PHY (bit errors, injected flit faults) and fault cursors
     int64_t cum_tlp_B          # bytes put into flits so far (flit index for fault injection)
@@ -155,7 +155,7 @@ cdef struct ChanC:
     int8_t ack_armed
     int8_t cr_armed
     int8_t refresh_armed
-    int32_t lane_arr           # event lane of its units' heads (kernel.pyx: delay lanes; -1: the heap)
+    int32_t lane_arr           # event lane its last unit's head (EV_PKT_ARRIVE) went to
     int32_t lane_ctrl          # event lane of the Acks/UpdateFCs about it (they cross ch_rev)
 
 cdef struct CntC:              # counters exposed to Python (one int64 column each: strided numpy views)
