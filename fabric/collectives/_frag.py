@@ -96,6 +96,16 @@ class FragBuilder:
             return self.compute(rank, self.cc.step_ns)
         return self.join(rank)
 
+    def step(self, ranks, partner, after, length, src_buf, src_off, dst_buf, dst_off) -> np.ndarray:
+        """One step of a ring or pairwise algorithm: each of `ranks`, after `after`, stores into the buffer of
+        ranks[partner] and then waits until the store addressed to it has been seen. Returns the waits, per rank."""
+        issue, seen = self.xfer(ranks, ranks[partner], length, src_buf, src_off, dst_buf, dst_off)
+        self.edge(after, issue)
+        w = self.wait(ranks)
+        self.edge(seen, w[partner])
+        self.edge(after, w)
+        return w
+
     def xfer(self, src, dst, length, src_buf, src_off, dst_buf, dst_off) -> tuple[np.ndarray, np.ndarray]:
         """Data stores src -> dst. Returns (issue ids: add the sender's dependencies here, seen ids: the receiver
         depends on these). Stores of at least `channel_min_bytes` are striped over `channels` flows (one per

@@ -38,12 +38,7 @@ def ag_ring(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
     cur = np.asarray(ready, np.int64).copy()
     for t in range(n - 1):
         ch = (r - t) % n
-        issue, seen = fb.xfer(r, q, c[ch], BUF_OUT, b[ch], BUF_OUT, b[ch])
-        fb.edge(cur, issue)
-        w = fb.wait(r)
-        fb.edge(seen, w[q])
-        fb.edge(cur, w)
-        cur = w
+        cur = fb.step(r, q, cur, c[ch], BUF_OUT, b[ch], BUF_OUT, b[ch])
     fb.need(BUF_OUT, nbytes)
     return cur
 
@@ -64,12 +59,7 @@ def ag_doubling(fb: FragBuilder, ready: np.ndarray, nbytes: int, members=None) -
         d = 1 << s
         partner = idx ^ d
         base = (idx // d) * d
-        issue, seen = fb.xfer(mem, mem[partner], b[base + d] - b[base], BUF_OUT, b[base], BUF_OUT, b[base])
-        fb.edge(cur, issue)
-        w = fb.wait(mem)
-        fb.edge(seen, w[partner])
-        fb.edge(cur, w)
-        cur = w
+        cur = fb.step(mem, partner, cur, b[base + d] - b[base], BUF_OUT, b[base], BUF_OUT, b[base])
     fb.need(BUF_OUT, nbytes)
     return cur
 

@@ -57,11 +57,7 @@ def rs_ring(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
     cur = np.asarray(ready, np.int64).copy()
     for s in range(n - 1):
         ch = (r - 1 - s) % n  # chunk sent by r
-        issue, seen = fb.xfer(r, q, c[ch], BUF_IN if s == 0 else BUF_OUT, b[ch], BUF_TMP, b[ch])
-        fb.edge(cur, issue)
-        w = fb.wait(r)
-        fb.edge(seen, w[q])
-        fb.edge(cur, w)
+        w = fb.step(r, q, cur, c[ch], BUF_IN if s == 0 else BUF_OUT, b[ch], BUF_TMP, b[ch])
         rc = (r - 2 - s) % n  # chunk received by r
         red = fb.reduce(r, c[rc], BUF_OUT, b[rc], np.array([[BUF_IN, BUF_TMP]], np.int8),
                         np.stack([b[rc], b[rc]], axis=1))
@@ -97,11 +93,7 @@ def rs_halving(fb: FragBuilder, ready: np.ndarray, nbytes: int, members=None, cu
         keep = base + np.where(upper, d, 0)
         send = base + np.where(upper, 0, d)
         slot = tmp_base + s * M
-        issue, seen = fb.xfer(mem, mem[partner], b[send + d] - b[send], cbuf, b[send], BUF_TMP, slot + b[send])
-        fb.edge(cur, issue)
-        w = fb.wait(mem)
-        fb.edge(seen, w[partner])
-        fb.edge(cur, w)
+        w = fb.step(mem, partner, cur, b[send + d] - b[send], cbuf, b[send], BUF_TMP, slot + b[send])
         bufs = np.stack([cbuf, np.full(p, BUF_TMP, np.int8)], axis=1)
         red = fb.reduce(mem, b[keep + d] - b[keep], BUF_OUT, b[keep], bufs,
                         np.stack([b[keep], slot + b[keep]], axis=1))
