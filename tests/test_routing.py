@@ -5,6 +5,9 @@ import numpy as np
 import pytest
 
 from fabric import routing
+from fabric._kernel import kernel
+from fabric.sim import as_arrays, kernel_params
+from fabric.taskgraph import transfer_graph
 from fabric.config import load_config, preset_names
 from fabric.errors import RoutingError
 from fabric.topology import build
@@ -171,7 +174,6 @@ def test_switch_tables_are_consistent_with_paths():
         from_tables = {(n, d, c) for n, per in tables.items() for d, chs in per.items() for c in chs}
         assert from_tables == from_paths
         # a packet following the tables from any table node always gets one hop closer to its destination
-        hops = {}
         for n, per in tables.items():
             for d, chs in per.items():
                 assert all(t.ch_src[c] == n for c in chs)
@@ -180,7 +182,6 @@ def test_switch_tables_are_consistent_with_paths():
                 for c in chs:
                     v = int(t.ch_dst[c])
                     assert v == d or d in tables.get(v, {}), (t.node_names[n], d)
-        del hops
 
 
 def test_sd200_switch_table_uses_both_parallel_links_and_dimension_order():
@@ -189,6 +190,31 @@ def test_sd200_switch_table_uses_both_parallel_links_and_dimension_order():
     sw0 = t.node_names.index("sw0")
     out = tables[sw0][63]                  # rank 63 sits behind sw7 = (1,1,1): first hop goes +x to sw1
     assert {t.node_names[t.ch_dst[c]] for c in out} == {"sw1"} and len(out) == 2
+
+
+@pytest.mark.parametrize("preset,method", [("sd200", "auto"), ("sd200-128", "auto"), ("torus-4x4x4", "auto"),
+                                           ("mesh-4x4x4", "auto"), ("scaleout-roce", "auto"), ("sd200", "updown")])
+def test_kernel_route_graph_walks_every_route_exactly(preset, method):
+    """Packets walk a shared-suffix route graph, not the flat per-path table: from every path's second-hop node the
+    walk must give that path's channels and VC levels, hop for hop, and end exactly at its last hop."""
+    t = built(preset) if method == "auto" else build(load_config(preset=preset), routing=method)
+    eng = kernel.Engine(kernel_params(load_config(preset=preset)), as_arrays(t),
+                        as_arrays(transfer_graph(np.array([0]), np.array([1]), np.array([64]))))
+    g = eng.route_graph()
+    flat = (t.path_ch.astype(np.int64) << g["vcl_bits"]) | t.path_vcl
+    pos = t.path_ptr[:-1] + 1                    # the first hop is the flow's (XferC.hv0)
+    cur = g["at1"].astype(np.int64)
+    assert len(cur) == len(pos)
+    while (live := cur >= 0).any():
+        assert np.all(pos[live] < t.path_ptr[1:][live])
+        assert np.array_equal(g["hv"][cur[live]], flat[pos[live]])
+        pos[live] += 1
+        cur[live] = g["next"][cur[live]]
+    assert np.array_equal(pos, np.maximum(t.path_ptr[1:], t.path_ptr[:-1] + 1))
+    # every suffix is stored once: far fewer nodes than route entries wherever routes share destinations
+    assert len(g["hv"]) == len(set(zip(g["hv"].tolist(), g["next"].tolist())))
+    if t.n_ranks >= 64:
+        assert len(g["hv"]) < 0.5 * len(flat)
 
 
 def test_bad_method_names():

@@ -1,9 +1,9 @@
 # The packet kernel: one event loop for links (PHY + data-link layer), switches, endpoints and the task-graph
 # executor. Everything below `Engine.run` is nogil C; Python only builds the arrays before and reads them after.
-from libc.stdlib cimport malloc, calloc, free
+from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy
 from libc.math cimport log, log1p, expm1, ceil
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t, INT64_MAX
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX
 
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)     # C11: ChanC and XferC records start on cache lines
@@ -395,8 +395,11 @@ cdef struct SimC:
     int32_t* node_out
     int64_t* pair_ptr
     int64_t* path_ptr
-    int32_t* path_hv               # per hop: channel << vcl_bits | VC level (one 4 B load per hop, not two arrays)
+    int32_t* path_hv               # per hop: channel << vcl_bits | VC level (set-up and the analytic engine)
     int32_t vcl_bits
+    HopC* hop                      # the route graph: every route suffix once (build_route_graph); packets walk it
+    int64_t n_hop
+    int32_t* path_at1              # per path: route-graph node of its second hop (-1: one hop)
     # ---- per channel (types.pxd): state, counters, per (channel, VC) credits
     ChanC* c                       # [ch]
     CntC* k                        # [ch]
@@ -487,6 +490,70 @@ cdef inline int32_t path_hop_ch(SimC* s, int32_t p, int32_t hop) noexcept nogil:
 
 cdef inline int32_t path_hop_vc(SimC* s, int32_t p, int32_t hop, int32_t cls) noexcept nogil:
     return cls * s.levels + (s.path_hv[s.path_ptr[p] + hop] & ((1 << s.vcl_bits) - 1))
+
+cdef int build_route_graph(SimC* s, int64_t n_paths, int32_t* at1) except -1 nogil:
+    """Intern every route suffix from the second hop on as a node (hop, node of the rest): routes to one
+    destination share their tails, so ~15 M route entries at 1024 ranks become ~0.3 M nodes (2 MB, cache-resident
+    where the flat table was 60 MB and missed once per hop). at1[p] = node of path p's second hop (-1: one hop).
+    Hash-consing over an open-addressing table; the walk a packet makes is exactly the flat route's."""
+    cdef int64_t p, h, i, j, cap = 1024, n = 0, bits = 12
+    cdef int32_t node, hv
+    cdef uint64_t key
+    cdef int32_t* slot = <int32_t*>malloc((<size_t>1 << bits) * sizeof(int32_t))
+    cdef int32_t* grown_slot
+    cdef HopC* hop = <HopC*>malloc(<size_t>cap * sizeof(HopC))
+    cdef HopC* grown
+    if slot == NULL or hop == NULL:
+        free(slot); free(hop)
+        with gil:
+            raise MemoryError("route graph")
+    memset(slot, 0xff, (<size_t>1 << bits) * sizeof(int32_t))
+    for p in range(n_paths):
+        node = -1
+        h = s.path_ptr[p + 1] - 1
+        while h > s.path_ptr[p]:
+            hv = s.path_hv[h]
+            key = (<uint64_t><uint32_t>hv << 32) | <uint32_t>node
+            i = <int64_t>((key * <uint64_t>0x9E3779B97F4A7C15) >> (64 - bits))
+            while slot[i] >= 0 and not (hop[slot[i]].hv == hv and hop[slot[i]].next == node):
+                i = (i + 1) & ((<int64_t>1 << bits) - 1)
+            if slot[i] < 0:                                     # a new suffix
+                if n == cap:
+                    cap *= 2
+                    grown = <HopC*>realloc(hop, <size_t>cap * sizeof(HopC))
+                    if grown == NULL:
+                        free(slot); free(hop)
+                        with gil:
+                            raise MemoryError("route graph")
+                    hop = grown
+                hop[n].hv = hv
+                hop[n].next = node
+                slot[i] = <int32_t>n
+                n += 1
+                if 2 * n > (<int64_t>1 << bits):                # keep the table at most half full: rehash
+                    bits += 1
+                    grown_slot = <int32_t*>malloc((<size_t>1 << bits) * sizeof(int32_t))
+                    if grown_slot == NULL:
+                        free(slot); free(hop)
+                        with gil:
+                            raise MemoryError("route graph")
+                    free(slot)
+                    slot = grown_slot
+                    memset(slot, 0xff, (<size_t>1 << bits) * sizeof(int32_t))
+                    for j in range(n):
+                        key = (<uint64_t><uint32_t>hop[j].hv << 32) | <uint32_t>hop[j].next
+                        i = <int64_t>((key * <uint64_t>0x9E3779B97F4A7C15) >> (64 - bits))
+                        while slot[i] >= 0:
+                            i = (i + 1) & ((<int64_t>1 << bits) - 1)
+                        slot[i] = <int32_t>j
+                    continue                                    # slot i moved; the node is hop[n - 1]
+            node = slot[i]
+            h -= 1
+        at1[p] = node
+    free(slot)
+    s.hop = hop
+    s.n_hop = n
+    return 0
 
 cdef inline void q_account(SimC* s, int32_t ch, int32_t delta) noexcept nogil:
     s.k[ch].queue_area += s.k[ch].queue_len * (s.now - s.k[ch].qlast)
@@ -781,7 +848,7 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
             pk = &s.pk[p]
             pk.xfer = x; pk.fseq = xf.fseq_next; pk.payload_B = payload; pk.covers_B = covers
             pk.tlp_B = tlp; pk.flits = flits; pk.in_ch = -1
-            pk.path_at = <int32_t>s.path_ptr[xf.path]; pk.hops_left = <int16_t>path_len(s, xf.path); pk.cls = xf.cls
+            pk.hop_at = xf.at1; pk.hops_left = xf.hops; pk.cls = xf.cls
             pk.tail_ps = 0
             pk.ready_ps = 0
             pk.offset_B = xf.carved_B
@@ -935,7 +1002,6 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
         s.k[ch].credit_errors += 1
     pk.in_ch = ch
     pk.tail_ps = tail
-    pk.path_at += 1
     pk.hops_left -= 1
     node = s.c[ch].ch_dst
     if pk.hops_left <= 0:
@@ -949,11 +1015,12 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
     """Queue a packet at its output now; it becomes eligible when it leaves the switch pipeline (ready_ps), and
     the output is woken then if nothing else wakes it (no event per packet for the pipeline)."""
     cdef PacketC* pk = &s.pk[p]
-    cdef int32_t hv = s.path_hv[pk.path_at]
+    cdef int32_t hv = s.hop[pk.hop_at].hv
     cdef int32_t out = hv >> s.vcl_bits                                        # = path_hop_ch
     cdef int32_t vc = pk.cls * s.levels + (hv & ((1 << s.vcl_bits) - 1))      # = path_hop_vc
     cdef int32_t idx = vc * s.n_slots[s.c[out].ch_src] + s.c[pk.in_ch].ch_slot
     cdef int64_t qi = s.c[out].q_base + idx
+    pk.hop_at = s.hop[pk.hop_at].next
     pk.next = -1
     if s.q[qi].tail >= 0:
         s.pk[s.q[qi].tail].next = p
@@ -969,8 +1036,8 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
 cdef int enqueue_xfer(SimC* s, int32_t x) except -1 nogil:
     """Put a transfer into the injection queue of its first channel."""
     cdef XferC* xf = &s.xf[x]
-    cdef int32_t ch = path_hop_ch(s, xf.path, 0)
-    cdef int32_t vc = path_hop_vc(s, xf.path, 0, xf.cls)
+    cdef int32_t ch = xf.hv0 >> s.vcl_bits
+    cdef int32_t vc = xf.cls * s.levels + (xf.hv0 & ((1 << s.vcl_bits) - 1))
     cdef int32_t nslots = s.n_slots[s.c[ch].ch_src]
     cdef int64_t qi = s.c[ch].q_base + vc * nslots + nslots - 1
     xf.queued = 1
@@ -1030,7 +1097,7 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
             i = <int64_t>xf.d_src * s.n_ranks + xf.d_dst
             s.e2e_owed[i] += pk.payload_B
             if s.e2e_owed[i] >= s.e2e_quantum or xf.delivered_B == xf.total_B:
-                c_push(&s.heap, s.now + xf.grant_ps, EV_E2E_GRANT, -1, pk.xfer, s.e2e_owed[i], 0)
+                c_push(&s.heap, s.now + xf.grant_ps, EV_E2E_GRANT, xf.d_src, xf.d_dst, s.e2e_owed[i], 0)
                 s.e2e_owed[i] = 0
         if xf.d_kind == 2:                     # completions free read tags in request order
             done = <int32_t>(xf.delivered_B // s.mrrs_B)
@@ -1185,7 +1252,9 @@ cdef inline void prefetch_ahead(SimC* s, LaneC* L) noexcept nogil:
         if ty == EV_PKT_ARRIVE:
             pk = &s.pk[e.x]
             if pk.hops_left > 1:
-                __builtin_prefetch(&s.path_hv[pk.path_at + 1])
+                __builtin_prefetch(&s.hop[pk.hop_at])
+            else:                                  # its last hop: the delivery follows within a unit's time
+                __builtin_prefetch(<char*>&s.xf[pk.xfer] + 64)
         elif ty == EV_DELIVER:
             __builtin_prefetch(<char*>&s.xf[s.pk[e.x].xfer] + 64)
 
@@ -1233,8 +1302,8 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
         elif typ == EV_TASK_DONE:
             complete_task(s, e.x)
         elif typ == EV_E2E_GRANT:
-            s.e2e_avail[<int64_t>s.xf[e.x].src * s.n_ranks + s.xf[e.x].dst] += e.y
-            wake_node(s, s.xf[e.x].src)
+            s.e2e_avail[<int64_t>ch * s.n_ranks + e.x] += e.y
+            wake_node(s, ch)
         elif typ == EV_XFER_INJECT:
             on_inject(s, e.x)
         elif typ == EV_ACK_TIMER:
@@ -1300,6 +1369,7 @@ cdef class Engine:
         free(self.s.xf)
         free(self.s.ring)
         free(self.s.c)
+        free(self.s.hop)
 
     # ---- array plumbing: keep a contiguous copy alive and hand its pointer to C
     cdef void* _arr(self, str name, object values, object dtype):
@@ -1405,6 +1475,9 @@ cdef class Engine:
             hv = np.zeros(1, np.int32)
         self._keep["path_hv"] = np.ascontiguousarray(hv, dtype=np.int32)
         s.path_hv = <int32_t*>cnp.PyArray_DATA(self._keep["path_hv"])
+        n_paths = pp.size - 1 if pp.size else 0
+        s.path_at1 = <int32_t*>self._zeros("path_at1", n_paths, np.int32, -1)
+        build_route_graph(s, n_paths, s.path_at1)
 
         # ---- per-channel state (ChanC records; counters and per-VC credits as int64 tables viewed as structs)
         # one splitmix stream per channel, derived from the seed and the channel id
@@ -1563,6 +1636,9 @@ cdef class Engine:
             xf.status = 1
         if xf.path >= 0:
             xf.grant_ps = self._return_latency(dst, src, x)
+            xf.hv0 = self.s.path_hv[self.s.path_ptr[xf.path]]
+            xf.at1 = self.s.path_at1[xf.path]
+            xf.hops = <int16_t>path_len(&self.s, xf.path)
 
     cdef ps_t _return_latency(self, int32_t src, int32_t dst, int32_t flow):
         """Zero-load latency of a small message along the route src -> dst (an end-to-end grant)."""
@@ -1631,6 +1707,17 @@ cdef class Engine:
     @property
     def pending_events(self):
         return q_pending(&self.s.heap)
+
+    def route_graph(self):
+        """The route graph packets walk (copies): hv[n] = channel << vcl_bits | VC level of node n's hop, next[n] =
+        the node after it (-1: last hop), at1[p] = node of path p's second hop (-1: one hop)."""
+        cdef int64_t i
+        hv = np.empty(self.s.n_hop, np.int32)
+        nxt = np.empty(self.s.n_hop, np.int32)
+        for i in range(self.s.n_hop):
+            hv[i] = self.s.hop[i].hv
+            nxt[i] = self.s.hop[i].next
+        return dict(hv=hv, next=nxt, at1=self._keep["path_at1"].copy(), vcl_bits=self.s.vcl_bits)
 
     def counters(self):
         """Per-channel counters as zero-copy int64 views: strided columns of the CntC table, whose base keeps it

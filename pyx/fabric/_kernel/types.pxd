@@ -18,7 +18,7 @@ cdef enum EventType:
     EV_DELIVER = 10        # tail of packet x is at its destination endpoint (ch = last channel)
     EV_TASK_DONE = 11      # task x finished (compute, reduce, transfer completion)
     EV_XFER_INJECT = 12    # transfer x is issued at its source port
-    EV_E2E_GRANT = 13      # receive space (y bytes) freed at transfer x's destination is granted back to its source
+    EV_E2E_GRANT = 13      # receive space (y bytes) freed at rank x is granted back to rank ch (its source)
 
 cdef struct EventC:            # 32 B: two per cache line, four siblings of the 4-ary heap in two lines
     ps_t time                  # when it fires
@@ -38,7 +38,7 @@ cdef struct PacketC:           # 64 B, pool 64 B aligned: one cache line per pac
     ps_t tail_ps               # time its tail reached the current node (cut-through bound)
     ps_t ready_ps              # when it leaves the current node's switch pipeline (eligible in its VOQ)
     int64_t offset_B           # where its bytes sit in the transfer
-    int32_t path_at            # route entry (path_hv index) of the channel it is on; advances one per hop
+    int32_t hop_at             # route-graph node (SimC.hop) of the hop it takes next; advances one per hop
     int32_t xfer               # transfer (flow) it belongs to
     int32_t fseq               # position in its flow, to check order at delivery
     int32_t payload_B          # payload bytes carried
@@ -70,7 +70,10 @@ cdef struct XferC:
     int8_t kind                # 0 store, 1 load request flow, 2 load response flow
     int8_t queued              # 1 while in an injection queue
     int8_t status              # 0 ok, 1 unsupported request
-    int8_t _pad1[16]
+    int32_t hv0                # first hop of its route: channel << vcl_bits | VC level
+    int32_t at1                # route-graph node of its second hop (-1: one hop)
+    int16_t hops               # hops of its route
+    int8_t _pad1[6]
     # -- line 2: delivery (at the destination)
     int64_t total_B            # bytes to move
     int64_t delivered_B        # bytes delivered at the destination
@@ -84,6 +87,11 @@ cdef struct XferC:
     int32_t d_dst              # = dst
     int8_t d_kind              # = kind
     int8_t _pad2[7]
+
+# ------------------------------------------------------------------ routes
+cdef struct HopC:              # a node of the route graph: a route suffix, shared by every route that ends with it
+    int32_t hv                 # its first hop: channel << vcl_bits | VC level
+    int32_t next               # the node of the rest of the suffix (-1: this hop reaches the destination)
 
 # ------------------------------------------------------------------ queues
 cdef struct QueueC:            # a FIFO of packets (VOQ) or transfers (injection slot), linked through their .next;
