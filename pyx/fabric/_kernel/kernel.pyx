@@ -8,6 +8,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)     # C11: ChanC and XferC records start on cache lines
     void __builtin_prefetch(const void* addr)
+    void prefetch_write "__builtin_prefetch"(const void* addr, int rw, int locality)
 cimport numpy as cnp
 import numpy as np
 
@@ -277,6 +278,7 @@ cdef inline int c_push_lane(HeapC* h, int32_t k, ps_t t, int16_t typ, int32_t ch
     e.y = y; e.ch = ch; e.x = x
     h.order += 1
     L.n += 1
+    prefetch_write(&L.e[(L.head + L.n + 16) & (L.cap - 1)], 1, 3)   # the ring's tail runs into lines read out long ago
     if L.n == 1:
         h.lh_time[k] = t
         h.lh_key[k] = e.key
@@ -317,6 +319,7 @@ cdef inline void q_take(HeapC* h, int32_t src, EventC* out) noexcept nogil:
         return
     L = &h.lane[src]
     out[0] = L.e[L.head]
+    __builtin_prefetch(&L.e[(L.head + 16) & (L.cap - 1)])         # and its head into lines written long ago
     L.head = (L.head + 1) & (L.cap - 1)
     L.n -= 1
     if L.n > 0:
@@ -647,18 +650,20 @@ cdef bint fault_take(SimC* s, int32_t ch, int kind, int64_t count) noexcept nogi
 cdef int send_ctrl(SimC* s, int32_t ch, int kind, int32_t vc, int64_t value) except -1 nogil:
     """Ack/Nak/UpdateFC about data channel ch, carried in the DLP bytes of the next flit on the reverse channel."""
     cdef int32_t rev = s.c[ch].ch_rev
+    cdef int32_t k = s.c[ch].lane_ctrl
+    cdef ps_t delay
     cdef bint lost = False
     if kind == C_UPDATEFC:
         s.c[ch].upd_sent_n += 1
         s.k[ch].updatefc += 1
-        lost = fault_take(s, ch, F_CREDIT, s.c[ch].upd_sent_n)
+        lost = s.c[ch].ctrl_faults and fault_take(s, ch, F_CREDIT, s.c[ch].upd_sent_n)
     else:
         s.c[ch].ack_sent_n += 1
         if kind == C_ACK:
             s.k[ch].acks += 1
         else:
             s.k[ch].naks += 1
-        lost = fault_take(s, ch, F_ACK, s.c[ch].ack_sent_n)
+        lost = s.c[ch].ctrl_faults and fault_take(s, ch, F_ACK, s.c[ch].ack_sent_n)
     if s.c[rev].down_until > s.now:
         lost = True
     if not lost and s.c[rev].p_flit > 0.0 and c_uniform(&s.c[rev].rng) <= s.c[rev].p_flit:
@@ -666,8 +671,8 @@ cdef int send_ctrl(SimC* s, int32_t ch, int kind, int32_t vc, int64_t value) exc
     if lost:
         s.k[ch].ctrl_lost += 1
         return 0
-    c_push_lane(&s.heap, s.c[ch].lane_ctrl, s.now + s.c[rev].flit_ps + s.c[rev].ch_lat, EV_CTRL_ARRIVE, ch,
-                kind | (vc << 8), value, s.c[ch].epoch)
+    delay = s.heap.lane[k].delay if k >= 0 else s.c[rev].flit_ps + s.c[rev].ch_lat    # the same value
+    c_push_lane(&s.heap, k, s.now + delay, EV_CTRL_ARRIVE, ch, kind | (vc << 8), value, s.c[ch].epoch)
     return 0
 
 
@@ -771,7 +776,7 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     head = s.now + first + s.c[ch].ch_lat
     s.c[ch].lane_txd = <int8_t>lane_pick(&s.heap, s.c[ch].lane_txd, fin - s.now)
     c_push_lane(&s.heap, s.c[ch].lane_txd, fin, EV_TX_DONE, ch, 0, 0, 0)
-    s.c[ch].lane_arr = lane_pick(&s.heap, s.c[ch].lane_arr, head - s.now)
+    s.c[ch].lane_arr = <int8_t>lane_pick(&s.heap, s.c[ch].lane_arr, head - s.now)
     c_push_lane(&s.heap, s.c[ch].lane_arr, head, EV_PKT_ARRIVE, ch, r.pkt,
                 (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((fin - s.now - first) << 33), s.c[ch].epoch)
     if not s.c[ch].rt_armed:
@@ -1453,6 +1458,8 @@ cdef class Engine:
         s.q = <QueueC*>self._zeros("q", 2 * qsize.sum(), np.int32, -1)
         qwords = (qsize + 63) // 64
         qb_base = (np.cumsum(qwords) - qwords).astype(np.int64)
+        if 2 * qsize.sum() >= 2**31:
+            raise ValueError("too many virtual output queues for int32 queue offsets")
         s.q_bits = <uint64_t*>self._zeros("q_bits", qwords.sum(), np.uint64)
         n_out = np.bincount(ch_src, minlength=N)
         s.node_out_ptr = <int64_t*>self._arr("node_out_ptr", np.concatenate([[0], np.cumsum(n_out)]), np.int64)
@@ -1521,7 +1528,7 @@ cdef class Engine:
         s.ln_inject = lane_for(&s.heap, s.issue_ps + s.xlate_ps)
         s.ln_inject_p2p = lane_for(&s.heap, s.issue_ps + s.xlate_ps + s.p2p_ps)
         for i in range(C):      # Acks and UpdateFCs about a channel cross its reverse: one delay per link kind
-            s.c[i].lane_ctrl = lane_for(&s.heap, s.c[s.c[i].ch_rev].flit_ps + s.c[s.c[i].ch_rev].ch_lat)
+            s.c[i].lane_ctrl = <int8_t>lane_for(&s.heap, s.c[s.c[i].ch_rev].flit_ps + s.c[s.c[i].ch_rev].ch_lat)
             s.c[i].lane_arr = s.c[i].lane_txd = s.c[i].lane_dlv = -1
         # A unit of tlp bytes keeps its transmitter busy ser = tlp x ps_per_tlpB, its head arrives first + ch_lat
         # later (first = one flit or ser if shorter) and its tail ser - first after its head: lanes for the
@@ -1673,6 +1680,8 @@ cdef class Engine:
         for i in range(3 * C):
             s.c[i // 3].f_cur[i % 3] = ptr[i]
             s.c[i // 3].f_end[i % 3] = ptr[i + 1]
+            if i % 3 != F_FLIT and ptr[i + 1] > ptr[i]:
+                s.c[i // 3].ctrl_faults = 1
         s.f_n = <int64_t*>self._arr("f_n", [r[2] for r in rows], np.int64)
         s.f_k = <int64_t*>self._arr("f_k", [max(r[3], 1) for r in rows], np.int64)
         for kind, ch, n, k in self._faults:

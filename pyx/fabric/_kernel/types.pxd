@@ -108,16 +108,18 @@ cdef struct ReplayC:
 # ------------------------------------------------------------------ per-channel state (array of structs)
 # Everything one channel's transmitter, PHY and receiver touch per unit sits in one 256 B record (four cache lines,
 # 64 B aligned) instead of ~45 parallel arrays (one line each per access). Line 1-2: transmitter; line 3: PHY and
-# fault cursors; line 4: receiver. Counters exposed to Python are a separate record (CntC), per-(channel, VC)
-# credit state a third (CvC).
+# fault cursors; line 4: receiver. A control message about channel c crosses its reverse channel r and reads c's
+# line 4 and r's line 1 only (down_until, p_flit and rng sit there; its delay is its lane's). Counters exposed to
+# Python are a separate record (CntC), per-(channel, VC) credit state a third (CvC).
 cdef struct ChanC:
-    # -- line 1: transmitter, replay buffer
+    # -- line 1: transmitter, replay buffer, and all that a control message sent over this channel reads
     ps_t down_until            # link down (retrain) until then
-    ps_t stall_since           # start of the current credit stall (-1: none)
     ps_t wake_at               # time of its pending EV_WAKE (-1: none)
     ps_t rt_deadline           # replay timer: expiry while armed (re-arming moves it, pushes nothing)
-    int64_t q_base             # offset of its queues in SimC.q
-    int64_t qb_base            # offset of its bitmap words in q_bits
+    double p_flit              # probability that one flit is corrupted (control messages draw against it)
+    uint64_t rng               # splitmix64 state
+    int32_t q_base             # offset of its queues in SimC.q
+    int32_t qb_base            # offset of its bitmap words in q_bits
     int32_t r_head             # replay ring: oldest unacknowledged unit
     int32_t r_count            # units unacknowledged
     int32_t r_sent             # of those, sent since the last replay start
@@ -140,15 +142,15 @@ cdef struct ChanC:
     int8_t rt_pending          # a replay-timer event for it is in the heap
     int8_t lane_txd            # event lane its last EV_TX_DONE went to (kernel.pyx: delay lanes; -1: the heap)
     int8_t lane_dlv            # event lane its last EV_DELIVER went to
-    int8_t _pad2[1]
+    int8_t lane_arr            # event lane its last unit's head (EV_PKT_ARRIVE) went to
     # -- line 3: PHY (bit errors, injected flit faults) and fault cursors
     int64_t cum_tlp_B          # bytes put into flits so far (flit index for fault injection)
     double next_err_bit        # stream position (bits) of the next bit error (geometric skip sampling)
-    uint64_t rng               # splitmix64 state
+    ps_t stall_since           # start of the current credit stall (-1: none)
     double log1m_ber           # log(1 - BER)
-    double p_flit              # probability that one flit is corrupted
     int32_t f_cur[3]           # per fault kind (F_*): next entry of its sorted fault list
     int32_t f_end[3]           # per fault kind: end of its list
+    int8_t _pad3[8]
     # -- line 4: receiver
     int64_t ack_gen            # Ack timer generation
     int64_t cr_gen             # credit timer generation
@@ -163,8 +165,9 @@ cdef struct ChanC:
     int8_t ack_armed
     int8_t cr_armed
     int8_t refresh_armed
-    int32_t lane_arr           # event lane its last unit's head (EV_PKT_ARRIVE) went to
-    int32_t lane_ctrl          # event lane of the Acks/UpdateFCs about it (they cross ch_rev)
+    int8_t lane_ctrl           # event lane of the Acks/UpdateFCs about it (they cross ch_rev; its delay is theirs)
+    int8_t ctrl_faults         # Ack/Nak or UpdateFC losses are injected on it (fault_take has work to do)
+    int8_t _pad4[6]
 
 cdef struct CntC:              # counters exposed to Python (one int64 column each: strided numpy views)
     int64_t units              # units put on the wire, replays included
