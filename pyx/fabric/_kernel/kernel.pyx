@@ -93,8 +93,8 @@ cdef struct HeapC:
     LaneC lane[16]             # MAX_LANES
     int64_t lh_time[16]        # (time, key) of each lane's head; (INT64_MAX, ~0) when empty
     uint64_t lh_key[16]
-    int32_t win[32]            # winner tree over the lanes: win[i] = earliest lane under node i; leaves win[tp + k] = k
-    int32_t tp                 # leaves in the tree (a power of two >= n_lanes)
+    int32_t win[32]            # winner tree over the lanes: win[i] = earliest lane under node i; leaves win[tp .. 2 tp)
+    int32_t tp                 # leaves in the tree (= n_lanes)
     int32_t n_lanes
     int32_t max_lanes          # lanes allowed (MAX_LANES; 0 puts every event in the heap, for equivalence tests)
     int64_t lane_min_heap      # events use their lane only while the heap holds at least this many (a small heap
@@ -226,16 +226,19 @@ cdef int32_t lane_for(HeapC* h, ps_t delay) except -2:
 cdef void lanes_tree(HeapC* h) noexcept nogil:
     """(Re)build the winner tree over the lanes (set-up: lanes are registered before the run)."""
     cdef int32_t k, i
-    h.tp = 1
-    while h.tp < h.n_lanes:
-        h.tp *= 2
+    h.tp = max(h.n_lanes, 1)                # leaves win[tp .. 2 tp): any count works for a minimum (no padding)
     for k in range(h.tp):
         if k >= h.n_lanes or h.lane[k].n == 0:
             h.lh_time[k] = INT64_MAX
             h.lh_key[k] = ~(<uint64_t>0)
-        h.win[h.tp + k] = k
+        h.win[leaf_of(h, k)] = k
     for i in range(h.tp - 1, 0, -1):
         h.win[i] = win_of(h, h.win[2 * i], h.win[2 * i + 1])
+
+cdef inline int32_t leaf_of(HeapC* h, int32_t k) noexcept nogil:
+    """Lane k's leaf. With tp leaves not a power of two the first leaves sit one level higher: give them to the
+    lanes registered last (the packet and control lanes of the data path, the busiest), the timers the deep ones."""
+    return 2 * h.tp - 1 - k
 
 cdef inline int32_t win_of(HeapC* h, int32_t a, int32_t b) noexcept nogil:
     """The lane whose head fires first of lanes a and b (branch-free)."""
@@ -243,7 +246,7 @@ cdef inline int32_t win_of(HeapC* h, int32_t a, int32_t b) noexcept nogil:
 
 cdef inline void lane_fix(HeapC* h, int32_t k) noexcept nogil:
     """Lane k's head changed: replay its path to the root (log2 of the lanes compares, not one per lane)."""
-    cdef int32_t i = (h.tp + k) >> 1
+    cdef int32_t i = leaf_of(h, k) >> 1
     while i >= 1:
         h.win[i] = win_of(h, h.win[2 * i], h.win[2 * i + 1])
         i >>= 1
