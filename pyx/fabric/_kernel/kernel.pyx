@@ -787,8 +787,15 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     return 0
 
 
-cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
-    """Put the next unit on ch if it is idle: pending replays first, then round robin over its queues."""
+cdef inline int try_send(SimC* s, int32_t ch) except -1 nogil:
+    """Put the next unit on ch if it is idle. A third of the calls find it busy: they return without a call."""
+    if s.c[ch].tx_busy or s.c[ch].down_until > s.now:
+        return 0
+    return arbitrate(s, ch)
+
+
+cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
+    """Put the next unit on idle channel ch: pending replays first, then round robin over its queues."""
     cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, payload, covers, i, seen, start
     cdef int64_t qi, c
     cdef bint credit_blocked = False
@@ -797,8 +804,6 @@ cdef int try_send(SimC* s, int32_t ch) except -1 nogil:
     cdef PacketC* pk
     cdef XferC* xf
     cdef uint64_t* bits
-    if s.c[ch].tx_busy or s.c[ch].down_until > s.now:
-        return 0
     if s.c[ch].r_sent < s.c[ch].r_count:                                   # go-back-N replay in progress
         r = &s.ring[<int64_t>ch * s.ring_cap + ((s.c[ch].r_head + s.c[ch].r_sent) & s.ring_mask)]
         s.c[ch].r_sent += 1
@@ -1271,13 +1276,14 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
     cdef EventC e
     cdef int32_t ch
     cdef int64_t budget_end = s.events + max_events
+    cdef bint bounded = until_ps < INT64_MAX             # a time limit was given (else skip its check per event)
     cdef int vc, typ
     cdef int32_t src
     while True:
         src = q_first(&s.heap)
         if src == -2:
             break
-        if s.events >= budget_end or q_peek(&s.heap, src).time > until_ps:
+        if s.events >= budget_end or (bounded and q_peek(&s.heap, src).time > until_ps):
             outcome[0] = R_PAUSED
             return 0
         if (s.events & 1023) == 0 and s.now - s.last_progress > s.watchdog_ps and (
@@ -1691,8 +1697,9 @@ cdef class Engine:
             if kind == FAULT_RETRAIN:
                 c_push(&s.heap, n, EV_FORCE_RETRAIN, ch, 0, 0, 0)
 
-    def run(self, int64_t max_events=2**62, int64_t until_ps=2**62):
-        """Process events (nogil) until done, the budget is spent, or the watchdog fires; returns the outcome."""
+    def run(self, int64_t max_events=2**62, int64_t until_ps=2**63 - 1):
+        """Process events (nogil) until done, max_events are processed, the next event would fire after until_ps
+        (default: no time limit), or the watchdog fires; returns the outcome."""
         cdef int outcome = R_DONE
         cdef int32_t t
         cdef SimC* s = &self.s
