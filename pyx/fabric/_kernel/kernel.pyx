@@ -565,7 +565,7 @@ cdef inline void q_account(SimC* s, int32_t ch, int32_t delta) noexcept nogil:
     s.k[ch].queue_area += s.k[ch].queue_len * (s.now - s.k[ch].qlast)
     s.k[ch].qlast = s.now
     s.k[ch].queue_len += delta
-    if s.k[ch].queue_len > s.k[ch].queue_max:
+    if delta > 0 and s.k[ch].queue_len > s.k[ch].queue_max:
         s.k[ch].queue_max = s.k[ch].queue_len
 
 cdef int32_t pkt_alloc(SimC* s) except -1 nogil:
@@ -1510,11 +1510,11 @@ cdef class Engine:
             raise MemoryError("replay buffers")
         assert sizeof(ChanC) == 256 and sizeof(XferC) == 128 and sizeof(PacketC) == 64
         assert sizeof(CntC) == 8 * 24 and sizeof(CvC) == 8 * len(CV_COLS)
-        cvt = np.zeros((max(C * V, 1), sizeof(CvC) // 8), np.int64)
+        cvt = line_aligned_zeros(max(C * V, 1), sizeof(CvC) // 8)
         cvt[:, CV_COLS.index("cr_limit")] = s.pool_flits
         self._keep["cv"] = cvt
         s.cvs = <CvC*>cnp.PyArray_DATA(cvt)
-        self._keep["k"] = np.zeros((max(C, 1), sizeof(CntC) // 8), np.int64)
+        self._keep["k"] = line_aligned_zeros(max(C, 1), sizeof(CntC) // 8)
         s.k = <CntC*>cnp.PyArray_DATA(self._keep["k"])
 
         # ---- packets
@@ -1806,8 +1806,16 @@ cdef class Engine:
 COUNTERS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "corrupted", "flits_corrupted", "naks", "acks", "replays",
             "replay_timeouts", "retrains", "credit_stall_ps", "updatefc", "ctrl_lost", "dups_discarded",
             "queue_len", "queue_max", "queue_area", "qlast", "credit_errors")
+def line_aligned_zeros(rows, cols):
+    """int64[rows, cols] of zeros starting on a 64 B boundary (numpy only promises 16 B): records laid out by cache
+    line in types.pxd stay on their lines."""
+    buf = np.zeros(rows * cols + 8, np.int64)
+    skip = (-buf.ctypes.data % 64) // 8
+    return buf[skip:skip + rows * cols].reshape(rows, cols)
+
+
 # column order of the CntC and CvC records (types.pxd) in their int64 tables
-CNT_COLS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "queue_len", "queue_max", "queue_area", "qlast", "acks",
+CNT_COLS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "queue_len", "queue_area", "qlast", "queue_max", "acks",
             "updatefc", "credit_stall_ps", "corrupted", "flits_corrupted", "naks", "replays", "replay_timeouts",
             "retrains", "ctrl_lost", "dups_discarded", "credit_errors")
 CV_COLS = ("cr_used", "cr_limit", "freed", "freed_sent", "occ")

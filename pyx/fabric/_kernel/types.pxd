@@ -169,16 +169,17 @@ cdef struct ChanC:
     int8_t ctrl_faults         # Ack/Nak or UpdateFC losses are injected on it (fault_take has work to do)
     int8_t _pad4[6]
 
-cdef struct CntC:              # counters exposed to Python (one int64 column each: strided numpy views)
+cdef struct CntC:              # counters exposed to Python (one int64 column each: strided numpy views); 192 B from a
+                               # 64 B boundary: line 1 holds all that sending a unit and queueing a packet update
     int64_t units              # units put on the wire, replays included
     int64_t packets            # new packets
     int64_t tlp_B              # header + payload bytes put into flits, replays included
     int64_t payload_B          # payload of new packets
     int64_t busy_ps
     int64_t queue_len
-    int64_t queue_max
     int64_t queue_area         # integral of queue length over time (packet x ps)
     int64_t qlast
+    int64_t queue_max          # (line 2: read only when a queue grows)
     int64_t acks
     int64_t updatefc
     int64_t credit_stall_ps    # credit stall: output idle, packets waiting, no credits
