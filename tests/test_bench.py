@@ -1,6 +1,7 @@
 """Smoke test of the benchmark suite: the quick cases run and produce well-formed rows (no timing assertions)."""
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from fabric import bench
@@ -33,3 +34,26 @@ def test_quick_suite_runs(tmp_path):
         if r["case"] != "decode-sd200-analytic":
             assert r["packet_hops"] >= r["packets"] > 0
     assert "oneshot-64" in res.output and "peak RSS MB" in res.output
+
+
+def test_repeat_reports_the_fastest_of_identical_runs(monkeypatch):
+    calls = []
+
+    def fake(case):
+        calls.append(case)
+        return dict(case=case, packets=10, packet_hops=30, events=100, wall_s=[0.3, 0.1, 0.2][len(calls) - 1],
+                    events_per_s=0.0, packet_hops_per_s=0.0, peak_rss_mb=[50.0, 40.0, 60.0][len(calls) - 1])
+    monkeypatch.setattr(bench, "run_case", fake)
+    (row,) = bench.run_suite(cases=["link-quick"], repeat=3)
+    assert calls == ["link-quick"] * 3 and row["wall_s"] == 0.1 and row["peak_rss_mb"] == 60.0
+    assert "fastest of 3 runs" in bench.render([row], 3)
+
+
+def test_repeat_refuses_runs_that_disagree(monkeypatch):
+    events = iter([100, 101])
+    monkeypatch.setattr(bench, "run_case", lambda case: dict(case=case, packets=1, packet_hops=1, events=next(events),
+                                                             wall_s=0.1, events_per_s=0, packet_hops_per_s=0,
+                                                             peak_rss_mb=1))
+    with pytest.raises(RuntimeError, match="disagree"):
+        bench.run_suite(cases=["link-quick"], repeat=2)
+    assert CliRunner().invoke(main, ["--repeat", "0"]).exit_code == 2

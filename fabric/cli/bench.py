@@ -13,11 +13,14 @@ from fabric.cli.common import Command, check_writable, friendly, write_json
 @click.option("--case", "cases", multiple=True, metavar="NAME", help="run only this case (repeatable)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
               help="write the rows as a JSON list")
+@click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True, metavar="N",
+              help="run each case N times (fresh processes) and report the fastest: other jobs on a shared "
+                   "machine only add time")
 @friendly
-def main(quick, cases, json_path):
+def main(quick, cases, json_path, repeat):
     check_writable(json_path)
     from fabric.bench import render, run_suite
-    rows = run_suite(quick=quick, cases=list(cases) or None,
+    rows = run_suite(quick=quick, cases=list(cases) or None, repeat=repeat,
                      progress=lambda c: click.echo(f"running {c} ...", err=True))
-    click.echo(render(rows))
+    click.echo(render(rows, repeat))
     write_json(json_path, rows)
