@@ -1250,7 +1250,7 @@ cdef int on_inject(SimC* s, int32_t x) except -1 nogil:
 cdef inline void prefetch_ahead(SimC* s, LaneC* L) noexcept nogil:
     """Lanes are FIFOs, so the events a few places behind a lane's head are known to come soon: fetch what they will
     touch while the current one runs (no effect on results). An arrival or delivery 8 places back: its packet;
-    4 places back (its packet fetched by now): the next route entry, or the transfer's delivery line."""
+    4 places back (its packet fetched by now): the next route-graph node, or the transfer's delivery line."""
     cdef EventC* e
     cdef PacketC* pk
     cdef int ty
@@ -1266,8 +1266,6 @@ cdef inline void prefetch_ahead(SimC* s, LaneC* L) noexcept nogil:
             pk = &s.pk[e.x]
             if pk.hops_left > 1:
                 __builtin_prefetch(&s.hop[pk.hop_at])
-            else:                                  # its last hop: the delivery follows within a unit's time
-                __builtin_prefetch(<char*>&s.xf[pk.xfer] + 64)
         elif ty == EV_DELIVER:
             __builtin_prefetch(<char*>&s.xf[s.pk[e.x].xfer] + 64)
 
