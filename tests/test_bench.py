@@ -18,8 +18,9 @@ def test_oneshot_message_scaling():
 
 
 def test_scaling_exponent_of_a_linear_cost():
-    rows = [dict(case=f"oneshot-{n}", packets=n * 1000, wall_s=n * 0.01) for n in (64, 128, 256)]
+    rows = [dict(case=f"oneshot-{n}", packets=n * 1000, packet_hops=n * n, wall_s=n * 0.01) for n in (64, 128, 256)]
     assert abs(bench.scaling_exponent(rows) - 1.0) < 1e-9
+    assert abs(bench.scaling_exponent(rows, "packet_hops") - 0.5) < 1e-9
 
 
 def test_quick_suite_runs(tmp_path):
