@@ -491,11 +491,16 @@ cdef inline int32_t pkt_flits(SimC* s, int32_t tlp) noexcept nogil:
 cdef inline int32_t path_len(SimC* s, int32_t p) noexcept nogil:
     return <int32_t>(s.path_ptr[p + 1] - s.path_ptr[p])
 
-cdef inline int32_t path_hop_ch(SimC* s, int32_t p, int32_t hop) noexcept nogil:
-    return s.path_hv[s.path_ptr[p] + hop] >> s.vcl_bits
+cdef inline int32_t hv_ch(SimC* s, int32_t hv) noexcept nogil:
+    """The channel of a route entry (channel << vcl_bits | VC level)."""
+    return hv >> s.vcl_bits
 
-cdef inline int32_t path_hop_vc(SimC* s, int32_t p, int32_t hop, int32_t cls) noexcept nogil:
-    return cls * s.levels + (s.path_hv[s.path_ptr[p] + hop] & ((1 << s.vcl_bits) - 1))
+cdef inline int32_t hv_vc(SimC* s, int32_t hv, int32_t cls) noexcept nogil:
+    """The VC a packet of traffic class cls takes on a route entry: its class's VCs, at the entry's level."""
+    return cls * s.levels + (hv & ((1 << s.vcl_bits) - 1))
+
+cdef inline int32_t path_hop_ch(SimC* s, int32_t p, int32_t hop) noexcept nogil:
+    return hv_ch(s, s.path_hv[s.path_ptr[p] + hop])
 
 cdef inline int64_t hop_slot(HopC* hop, int32_t* slot, int64_t bits, int32_t hv, int32_t nxt) noexcept nogil:
     """Where suffix (hv, nxt) sits in the open-addressing table over hop[], or the empty slot where it would go."""
@@ -1028,8 +1033,8 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
     the output is woken then if nothing else wakes it (no event per packet for the pipeline)."""
     cdef PacketC* pk = &s.pk[p]
     cdef int32_t hv = s.hop[pk.hop_at].hv
-    cdef int32_t out = hv >> s.vcl_bits                                        # = path_hop_ch
-    cdef int32_t vc = pk.cls * s.levels + (hv & ((1 << s.vcl_bits) - 1))      # = path_hop_vc
+    cdef int32_t out = hv_ch(s, hv)
+    cdef int32_t vc = hv_vc(s, hv, pk.cls)
     cdef int32_t idx = vc * s.n_slots[s.c[out].ch_src] + s.c[pk.in_ch].ch_slot
     cdef int64_t qi = s.c[out].q_base + idx
     pk.hop_at = s.hop[pk.hop_at].next
@@ -1048,8 +1053,8 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
 cdef int enqueue_xfer(SimC* s, int32_t x) except -1 nogil:
     """Put a transfer into the injection queue of its first channel."""
     cdef XferC* xf = &s.xf[x]
-    cdef int32_t ch = xf.hv0 >> s.vcl_bits
-    cdef int32_t vc = xf.cls * s.levels + (xf.hv0 & ((1 << s.vcl_bits) - 1))
+    cdef int32_t ch = hv_ch(s, xf.hv0)
+    cdef int32_t vc = hv_vc(s, xf.hv0, xf.cls)
     cdef int32_t nslots = s.n_slots[s.c[ch].ch_src]
     cdef int64_t qi = s.c[ch].q_base + vc * nslots + nslots - 1
     xf.queued = 1
