@@ -34,7 +34,7 @@ cdef enum PacketKind:
     PK_DATA = 0                # store data or read completion
     PK_READ_REQ = 1            # read request (header only)
 
-cdef struct PacketC:           # 64 B, pool 64 B aligned: one cache line per packet. The route and class are copied in
+cdef struct PacketC:           # 64 B, pool 64 B aligned: one cache line per packet. Route position and class copied in
     ps_t tail_ps               # time its tail reached the current node (cut-through bound)
     ps_t ready_ps              # when it leaves the current node's switch pipeline (eligible in its VOQ)
     int64_t offset_B           # where its bytes sit in the transfer
