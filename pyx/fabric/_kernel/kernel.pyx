@@ -363,6 +363,8 @@ cdef struct SimC:
     int32_t seq_mask               # seq_mod - 1 (seq_mod is a power of two: a mask, not a division)
     int32_t window                 # max unacknowledged packets (<= seq_mod / 2)
     int32_t replay_cap_flits
+    int32_t max_unit_flits         # flits of the largest unit a queue can offer (a full data packet)
+    bint skip_settled              # skip arbitrations that cannot change anything (off: arbitrate every time)
     int32_t ack_every
     ps_t ack_ps
     ps_t replay_ps
@@ -430,6 +432,7 @@ cdef struct SimC:
     int64_t* e2e_owed              # [src*R+dst] space dst has drained but not yet granted back (B)
     int64_t e2e_quantum            # grants go back in quarters of the window (or when a transfer completes)
     int64_t e2e_holds              # times a ready store waited for end-to-end grants
+    int64_t arbitrations           # idle channels arbitrated (a cost, not a result: skip_settled lowers it)
     # ---- delivery checks
     int64_t carved                 # packets created at sources
     int64_t delivered
@@ -798,6 +801,26 @@ cdef inline int try_send(SimC* s, int32_t ch) except -1 nogil:
     return arbitrate(s, ch)
 
 
+cdef inline bint settled(SimC* s, int32_t ch) noexcept nogil:
+    """ch is idle and its last arbitration still stands: it ran to the end (no replay pending, neither the window nor
+    the replay buffer can stop it early), and no queue head has come out of the switch pipeline at this instant (a
+    head that did has its EV_WAKE at now, not yet taken). Every event that can make a head sendable calls try_send,
+    and every head that becomes ready later has its EV_WAKE, so arbitrating such a channel again, after an event
+    that made nothing sendable on it, would send nothing and schedule nothing: the caller may skip it. Not settled
+    either while a store is held for grants (each scan counts it in e2e_holds), nor with skip_settled off."""
+    return (s.skip_settled and s.c[ch].r_sent >= s.c[ch].r_count and s.c[ch].r_count < s.window
+            and s.c[ch].wake_at != s.now and not s.c[ch].e2e_held
+            and s.c[ch].r_flits + s.max_unit_flits <= s.replay_cap_flits)
+
+
+cdef inline int try_send_if_unsettled(SimC* s, int32_t ch) except -1 nogil:
+    """try_send after an event that made nothing sendable on ch (a credit return with no head short of credits, an
+    Ack that relieved no limit, a grant that released no store): a third of all arbitrations at 1024 ranks."""
+    if s.c[ch].tx_busy or s.c[ch].down_until > s.now or settled(s, ch):
+        return 0
+    return arbitrate(s, ch)
+
+
 cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
     """Put the next unit on idle channel ch: pending replays first, then round robin over its queues."""
     cdef int32_t node, nslots, nq, k, idx, vc, slot, p, x, tlp, flits, payload, covers, i, seen, start
@@ -808,6 +831,7 @@ cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
     cdef PacketC* pk
     cdef XferC* xf
     cdef uint64_t* bits
+    s.arbitrations += 1
     if s.c[ch].r_sent < s.c[ch].r_count:                                   # go-back-N replay in progress
         r = &s.ring[<int64_t>ch * s.ring_cap + ((s.c[ch].r_head + s.c[ch].r_sent) & s.ring_mask)]
         s.c[ch].r_sent += 1
@@ -822,6 +846,7 @@ cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
     if start >= nq:
         start -= nq
     bits = &s.q_bits[s.c[ch].qb_base]
+    s.c[ch].e2e_held = 0
     k = start                             # next bit to look at; the non-empty queues are visited in the
     while seen < s.c[ch].q_busy:            # order (rr + 1 + j) % nq, j = 0 .. nq-1, as a scan would
         idx = next_bit(bits, k, nq)
@@ -853,6 +878,7 @@ cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
                 # (completions land in space the requester reserved with its read tag)
                 if xf.kind == 0 and s.e2e_avail[<int64_t>xf.src * s.n_ranks + xf.dst] < payload:
                     s.e2e_holds += 1
+                    s.c[ch].e2e_held = 1
                     continue
             tlp = payload + s.hdr_B
             flits = pkt_flits(s, tlp)
@@ -952,6 +978,7 @@ cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
     cdef int32_t n, i
     cdef int64_t lim
     cdef ReplayC* r
+    cdef bint limited
     if ev_flag(e) != s.c[ch].epoch:
         s.k[ch].ctrl_lost += 1
         return 0
@@ -961,8 +988,11 @@ cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
             s.cvs[cv(s, ch, vc)].cr_limit = lim
         if s.cvs[cv(s, ch, vc)].cr_limit - s.cvs[cv(s, ch, vc)].cr_used > s.pool_flits:
             s.k[ch].credit_errors += 1
+        if s.c[ch].stall_since < 0:             # no head of idle ch was short of credits at its last arbitration
+            return try_send_if_unsettled(s, ch)
         return try_send(s, ch)
     # Ack or Nak: purge every unit up to and including sequence e.y
+    limited = s.c[ch].r_count >= s.window or s.c[ch].r_flits + s.max_unit_flits > s.replay_cap_flits
     if s.c[ch].r_count > 0:
         n = <int32_t>((e.y - s.ring[<int64_t>ch * s.ring_cap + s.c[ch].r_head].seq) & s.seq_mask) + 1
         if n <= s.c[ch].r_count:
@@ -980,6 +1010,8 @@ cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
                 s.c[ch].rt_armed = 0
     if kind == C_NAK and s.c[ch].r_count > 0 and s.c[ch].down_until <= s.now:
         return start_replay(s, ch, False)
+    if kind == C_ACK and not limited:           # the window and replay buffer were not what held ch back
+        return try_send_if_unsettled(s, ch)
     return try_send(s, ch)
 
 
@@ -1047,7 +1079,14 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
         q_mark(s, out, idx)
     s.q[qi].tail = p
     q_account(s, out, 1)
-    return try_send(s, out)
+    if s.c[out].tx_busy or s.c[out].down_until > s.now:
+        return 0
+    if pk.ready_ps > s.now and settled(s, out):     # it cannot go now, and nothing else can: only its wake-up is due
+        if s.q[qi].head == p and not (s.now < s.c[out].wake_at <= pk.ready_ps):
+            s.c[out].wake_at = pk.ready_ps
+            c_push(&s.heap, pk.ready_ps, EV_WAKE, out, 0, 0, 0)
+        return 0
+    return arbitrate(s, out)
 
 
 cdef int enqueue_xfer(SimC* s, int32_t x) except -1 nogil:
@@ -1277,6 +1316,7 @@ cdef inline void prefetch_ahead(SimC* s, LaneC* L) noexcept nogil:
 cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except -1 nogil:
     cdef EventC e
     cdef int32_t ch
+    cdef int64_t i, j
     cdef int64_t budget_end = s.events + max_events
     cdef bint bounded = until_ps < INT64_MAX             # a time limit was given (else skip its check per event)
     cdef int vc, typ
@@ -1318,8 +1358,14 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
         elif typ == EV_TASK_DONE:
             complete_task(s, e.x)
         elif typ == EV_E2E_GRANT:
-            s.e2e_avail[<int64_t>ch * s.n_ranks + e.x] += e.y
-            wake_node(s, ch)
+            i = <int64_t>ch * s.n_ranks + e.x
+            if s.e2e_avail[i] < s.maxp_B:       # a store of this pair may have been held (else none could be)
+                s.e2e_avail[i] += e.y
+                wake_node(s, ch)
+            else:
+                s.e2e_avail[i] += e.y
+                for j in range(s.node_out_ptr[ch], s.node_out_ptr[ch + 1]):
+                    try_send_if_unsettled(s, s.node_out[j])
         elif typ == EV_XFER_INJECT:
             on_inject(s, e.x)
         elif typ == EV_ACK_TIMER:
@@ -1401,17 +1447,20 @@ cdef class Engine:
         return cnp.PyArray_DATA(a)
 
     def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
-                 int64_t lane_min_heap=64):
+                 int64_t lane_min_heap=64, bint skip_settled=True):
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays.
         event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone);
         lane_min_heap: events go to their lane only while the heap holds at least this many. Neither changes
-        results (tests/test_event_queue.py checks), only speed: lanes pay off once the heap is deep."""
+        results (tests/test_event_queue.py checks), only speed: lanes pay off once the heap is deep.
+        skip_settled: skip arbitrating channels that cannot send (see settled()); off, every event that may enable
+        a send arbitrates. It changes nothing either (tests/test_arbitration.py checks), only speed."""
         cdef SimC* s = &self.s
         cdef int32_t C, N, R, V, n, i
         cdef ChanC* cc
         cdef int64_t tlp
         cdef ps_t ser, first
         s.analytic = analytic
+        s.skip_settled = skip_settled
         s.levels = int(topo["vc_levels"])
         s.nvc = 2 * s.levels
         s.seq_mod = 1 << int(p["seq_bits"])
@@ -1430,6 +1479,7 @@ cdef class Engine:
         s.update_ps = int(p["update_ps"]); s.refresh_ps = int(p["refresh_ps"])
         s.hdr_B = int(p["header_B"]); s.maxp_B = int(p["max_payload_B"]); s.mrrs_B = int(p["mrrs_B"])
         s.flit_B = int(p["flit_B"]); s.flitpay_B = int(p["flit_B"]) - int(p["flit_overhead_B"])
+        s.max_unit_flits = pkt_flits(s, s.maxp_B + s.hdr_B)
         s.issue_ps = int(p["issue_ps"]); s.complete_ps = int(p["complete_ps"])
         s.xlate_ps = int(p["xlate_ps"]); s.p2p_ps = int(p["p2p_ps"]); s.watchdog_ps = int(p["watchdog_ps"])
         s.fixed_priority = int(p.get("fixed_priority", 0))
@@ -1748,7 +1798,8 @@ cdef class Engine:
 
     def totals(self):
         s = &self.s
-        return dict(e2e_holds=s.e2e_holds, carved=s.carved, delivered=s.delivered, duplicates=s.dup_delivered, out_of_order=s.ooo_delivered,
+        return dict(e2e_holds=s.e2e_holds, arbitrations=s.arbitrations, carved=s.carved, delivered=s.delivered,
+                    duplicates=s.dup_delivered, out_of_order=s.ooo_delivered,
                     packets_live=s.pkts_live, tasks_left=s.tasks_left, events=s.events, now_ps=s.now)
 
     def task_times(self):

@@ -128,7 +128,9 @@ cdef struct ChanC:
     int32_t next_seq           # sequence number of the next new unit
     int32_t q_busy             # how many of its queues are non-empty (skips idle scans)
     int32_t rr                 # round-robin pointer (last queue served)
-    int32_t replay_num         # replays without progress (retrain past replay_limit)
+    int16_t replay_num         # replays without progress (retrain past replay_limit <= 1000)
+    int8_t e2e_held            # its last queue scan found a store held for end-to-end grants (it is not settled)
+    int8_t _pad2
     int32_t tx_free_ch         # input buffer to free when the current unit is sent (-1 none)
     int32_t tx_free_vc
     int32_t tx_free_flits
