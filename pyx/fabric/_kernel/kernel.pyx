@@ -807,10 +807,20 @@ cdef inline bint settled(SimC* s, int32_t ch) noexcept nogil:
     head that did has its EV_WAKE at now, not yet taken). Every event that can make a head sendable calls try_send,
     and every head that becomes ready later has its EV_WAKE, so arbitrating such a channel again, after an event
     that made nothing sendable on it, would send nothing and schedule nothing: the caller may skip it. Not settled
-    either while a store is held for grants (each scan counts it in e2e_holds), nor with skip_settled off."""
+    either while a store may be held for grants (each scan counts it in e2e_holds; see unsettle_node), nor with
+    skip_settled off."""
     return (s.skip_settled and s.c[ch].r_sent >= s.c[ch].r_count and s.c[ch].r_count < s.window
             and s.c[ch].wake_at != s.now and not s.c[ch].e2e_held
             and s.c[ch].r_flits + s.max_unit_flits <= s.replay_cap_flits)
+
+
+cdef void unsettle_node(SimC* s, int32_t node) noexcept nogil:
+    """A pair's granted window fell below one packet: a store of that pair at the head of any of node's injection
+    queues may be held now, and an arbitration would count it (e2e_holds); none of node's ports is settled until
+    its next full scan says so."""
+    cdef int64_t i
+    for i in range(s.node_out_ptr[node], s.node_out_ptr[node + 1]):
+        s.c[s.node_out[i]].e2e_held = 1
 
 
 cdef inline int try_send_if_unsettled(SimC* s, int32_t ch) except -1 nogil:
@@ -905,6 +915,8 @@ cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
                 s.k[ch].payload_B += payload
                 if xf.kind == 0:
                     s.e2e_avail[<int64_t>xf.src * s.n_ranks + xf.dst] -= payload
+                    if s.e2e_avail[<int64_t>xf.src * s.n_ranks + xf.dst] < s.maxp_B:
+                        unsettle_node(s, node)          # a store of this pair may now be held at any of its ports
             s.q[qi].head = xf.next                                      # rotate or retire the transfer
             if xf.next >= 0:                        # the transfer this port carves from next: fetch its line now
                 __builtin_prefetch(&s.xf[xf.next])

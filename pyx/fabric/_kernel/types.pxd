@@ -129,7 +129,7 @@ cdef struct ChanC:
     int32_t q_busy             # how many of its queues are non-empty (skips idle scans)
     int32_t rr                 # round-robin pointer (last queue served)
     int16_t replay_num         # replays without progress (retrain past replay_limit <= 1000)
-    int8_t e2e_held            # its last queue scan found a store held for end-to-end grants (it is not settled)
+    int8_t e2e_held            # a store at the head of its injection queues may be held for grants (not settled)
     int8_t _pad2
     int32_t tx_free_ch         # input buffer to free when the current unit is sent (-1 none)
     int32_t tx_free_vc
