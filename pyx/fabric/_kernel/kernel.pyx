@@ -705,6 +705,7 @@ cdef int note_ack_due(SimC* s, int32_t ch) except -1 nogil:
 
 cdef int send_update(SimC* s, int32_t ch, int32_t vc) except -1 nogil:
     s.cvs[cv(s, ch, vc)].freed_sent = s.cvs[cv(s, ch, vc)].freed
+    s.c[ch].cr_dirty &= ~(1 << vc)
     send_ctrl(s, ch, C_UPDATEFC, vc, s.cvs[cv(s, ch, vc)].freed)
     if not s.c[ch].refresh_armed:
         s.c[ch].refresh_armed = 1
@@ -721,6 +722,7 @@ cdef int free_buffer(SimC* s, int32_t ch, int32_t vc, int32_t flits) except -1 n
     s.cvs[i].freed += flits
     if s.cvs[i].freed - s.cvs[i].freed_sent >= s.update_flits:
         return send_update(s, ch, vc)
+    s.c[ch].cr_dirty |= 1 << vc
     if not s.c[ch].cr_armed:
         s.c[ch].cr_armed = 1
         c_push_lane(&s.heap, s.ln_upd, s.now + s.update_ps, EV_CREDIT_TIMER, ch, 0, s.c[ch].cr_gen, 0)
@@ -1329,6 +1331,7 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
     cdef EventC e
     cdef int32_t ch
     cdef int64_t i, j
+    cdef uint64_t dirty
     cdef int64_t budget_end = s.events + max_events
     cdef bint bounded = until_ps < INT64_MAX             # a time limit was given (else skip its check per event)
     cdef int vc, typ
@@ -1397,9 +1400,10 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
         elif typ == EV_CREDIT_TIMER:
             if s.c[ch].cr_armed and e.y == s.c[ch].cr_gen:
                 s.c[ch].cr_armed = 0
-                for vc in range(s.nvc):
-                    if s.cvs[cv(s, ch, vc)].freed != s.cvs[cv(s, ch, vc)].freed_sent:
-                        send_update(s, ch, vc)
+                dirty = s.c[ch].cr_dirty                # the VCs with freed != freed_sent, in VC order: their
+                while dirty:                            # records only (one line, not all nvc of them)
+                    send_update(s, ch, __builtin_ctzll(dirty))
+                    dirty &= dirty - 1
         elif typ == EV_REFRESH:
             # periodic UpdateFC; skipped (and not re-armed) when it could not change the sender's view
             s.c[ch].refresh_armed = 0
@@ -1475,6 +1479,8 @@ cdef class Engine:
         s.skip_settled = skip_settled
         s.levels = int(topo["vc_levels"])
         s.nvc = 2 * s.levels
+        if s.nvc > 16:                  # ChanC.cr_dirty has a bit per VC
+            raise ValueError(f"{s.nvc} VCs per channel; the kernel supports up to 16")
         s.seq_mod = 1 << int(p["seq_bits"])
         s.window = s.seq_mod // 2
         s.replay_cap_flits = int(p["replay_buffer_flits"])

@@ -1,5 +1,5 @@
 # Typedefs and C structs of the packet kernel. Units are in the names: ps = picoseconds, B = bytes.
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint64_t
 
 ctypedef int64_t ps_t          # time, integer picoseconds
 
@@ -169,7 +169,8 @@ cdef struct ChanC:
     int8_t refresh_armed
     int8_t lane_ctrl           # event lane of the Acks/UpdateFCs about it (they cross ch_rev; its delay is theirs)
     int8_t ctrl_faults         # Ack/Nak or UpdateFC losses are injected on it (fault_take has work to do)
-    int8_t _pad4[6]
+    uint16_t cr_dirty          # bit vc set <=> freed != freed_sent on VC vc (what the credit timer has to send)
+    int8_t _pad4[4]
 
 cdef struct CntC:              # counters exposed to Python (one int64 column each: strided numpy views); 192 B from a
                                # 64 B boundary: line 1 holds all that sending a unit and queueing a packet update
