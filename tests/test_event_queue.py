@@ -58,3 +58,5 @@ def test_lanes_pop_the_heaps_sequence_on_a_busy_mesh():
     assert heap_only[0]["events"] > 100_000
     assert_same(run_engine(cfg, topo, graph), heap_only)
     assert_same(run_engine(cfg, topo, graph, lane_min_heap=64), heap_only)
+    # the lanes' winner tree is reshaped to their pop counts at 16 k, 64 k, 256 k lane events: also across pauses
+    assert_same(run_engine(cfg, topo, graph, slice_events=4099), heap_only)

@@ -93,7 +93,15 @@ cdef struct HeapC:
     LaneC lane[16]             # MAX_LANES
     int64_t lh_time[16]        # (time, key) of each lane's head; (INT64_MAX, ~0) when empty
     uint64_t lh_key[16]
-    int32_t win[32]            # winner tree over the lanes: win[i] = earliest lane under node i; leaves win[tp .. 2 tp)
+    int32_t win[32]            # winner tree over the lanes: win[i] = earliest lane under node i (1 the root); the
+                               # leaves are nodes tp .. 2 tp - 1, lane k's at leaf[k], win[leaf[k]] = k
+    int8_t left[16]            # children and parent of each node: the shape is free (any binary tree gives the
+    int8_t right[16]           # minimum), so it is a Huffman tree over the lanes' pop counts: the busiest lanes
+    int8_t up[32]              # sit next to the root and most pops replay one or two levels, not log2(lanes)
+    int8_t leaf[16]
+    int64_t pops[16]           # events taken from each lane (weights of the shape)
+    int64_t pops_all
+    int64_t reshape_at         # pops_all at which the shape is next fitted to the counts (geometric: a few per run)
     int32_t tp                 # leaves in the tree (= n_lanes)
     int32_t n_lanes
     int32_t max_lanes          # lanes allowed (MAX_LANES; 0 puts every event in the heap, for equivalence tests)
@@ -224,32 +232,80 @@ cdef int32_t lane_for(HeapC* h, ps_t delay) except -2:
     return k
 
 cdef void lanes_tree(HeapC* h) noexcept nogil:
-    """(Re)build the winner tree over the lanes (set-up: lanes are registered before the run)."""
-    cdef int32_t k, i
-    h.tp = max(h.n_lanes, 1)                # leaves win[tp .. 2 tp): any count works for a minimum (no padding)
-    for k in range(h.tp):
+    """(Re)build the winner tree over the lanes: at set-up (lanes are registered before the run) and when its shape
+    is refitted. Huffman's construction over the weights pops + k + 1 (before any pop: the lanes registered last,
+    the packet and control lanes of the data path, count as the busiest); nodes are numbered breadth first from
+    the root, so each node's children come after it and one pass from the back fills the winners."""
+    cdef int32_t k, i, j, a, b, n, m, head, tail
+    cdef int64_t wt[32]
+    cdef int32_t kid_l[32]
+    cdef int32_t kid_r[32]
+    cdef int32_t alive[16]
+    cdef int32_t order[32]
+    cdef int32_t slot[32]
+    n = h.tp = max(h.n_lanes, 1)                # leaves: any count works for a minimum (no padding)
+    for k in range(n):
         if k >= h.n_lanes or h.lane[k].n == 0:
             h.lh_time[k] = INT64_MAX
             h.lh_key[k] = ~(<uint64_t>0)
-        h.win[leaf_of(h, k)] = k
-    for i in range(h.tp - 1, 0, -1):
-        h.win[i] = win_of(h, h.win[2 * i], h.win[2 * i + 1])
-
-cdef inline int32_t leaf_of(HeapC* h, int32_t k) noexcept nogil:
-    """Lane k's leaf. With tp leaves not a power of two the first leaves sit one level higher: give them to the
-    lanes registered last (the packet and control lanes of the data path, the busiest), the timers the deep ones."""
-    return 2 * h.tp - 1 - k
+        wt[k] = h.pops[k] + k + 1               # temporary nodes 0 .. n-1: the leaves; n ..: merged pairs
+        alive[k] = k
+    m = n
+    for j in range(n - 1):                      # merge the two lightest (n <= 16: quadratic is nothing)
+        a = 0
+        for i in range(n - j):
+            if wt[alive[i]] < wt[alive[a]]:
+                a = i
+        alive[a], alive[n - j - 1] = alive[n - j - 1], alive[a]
+        b = 0
+        for i in range(n - j - 1):
+            if wt[alive[i]] < wt[alive[b]]:
+                b = i
+        kid_l[m] = alive[n - j - 1]
+        kid_r[m] = alive[b]
+        wt[m] = wt[kid_l[m]] + wt[kid_r[m]]
+        alive[b] = m
+        m += 1
+    order[0] = alive[0]                         # breadth first from the root: internal nodes get 1 .. n-1, leaves n ..
+    head = 0
+    tail = 1
+    a = 1
+    b = n
+    while head < tail:
+        k = order[head]
+        head += 1
+        if k >= n:
+            slot[k] = a
+            a += 1
+            order[tail] = kid_l[k]
+            order[tail + 1] = kid_r[k]
+            tail += 2
+        else:
+            slot[k] = b
+            b += 1
+    h.up[1] = 0
+    for k in range(m):
+        if k >= n:
+            h.left[slot[k]] = slot[kid_l[k]]
+            h.right[slot[k]] = slot[kid_r[k]]
+            h.up[slot[kid_l[k]]] = slot[k]
+            h.up[slot[kid_r[k]]] = slot[k]
+        else:
+            h.leaf[k] = slot[k]
+            h.win[slot[k]] = k
+    for i in range(n - 1, 0, -1):
+        h.win[i] = win_of(h, h.win[h.left[i]], h.win[h.right[i]])
 
 cdef inline int32_t win_of(HeapC* h, int32_t a, int32_t b) noexcept nogil:
     """The lane whose head fires first of lanes a and b (branch-free)."""
     return a ^ ((a ^ b) & -fabric_tk_lt(h.lh_time[b], h.lh_key[b], h.lh_time[a], h.lh_key[a]))
 
 cdef inline void lane_fix(HeapC* h, int32_t k) noexcept nogil:
-    """Lane k's head changed: replay its path to the root (log2 of the lanes compares, not one per lane)."""
-    cdef int32_t i = leaf_of(h, k) >> 1
+    """Lane k's head changed: replay its path to the root (its depth in compares, not one per lane)."""
+    cdef int32_t i = h.up[h.leaf[k]]
     while i >= 1:
-        h.win[i] = win_of(h, h.win[2 * i], h.win[2 * i + 1])
-        i >>= 1
+        h.win[i] = win_of(h, h.win[h.left[i]], h.win[h.right[i]])
+        i = h.up[i]
 
 cdef int lane_grow(LaneC* L) except -1 nogil:
     cdef EventC* grown = <EventC*>malloc(<size_t>(2 * L.cap) * sizeof(EventC))
@@ -331,7 +387,13 @@ cdef inline void q_take(HeapC* h, int32_t src, EventC* out) noexcept nogil:
     else:
         h.lh_time[src] = INT64_MAX
         h.lh_key[src] = ~(<uint64_t>0)
-    lane_fix(h, src)
+    h.pops[src] += 1
+    h.pops_all += 1
+    if h.pops_all == h.reshape_at:              # fit the shape to the counts so far (no effect on the order)
+        h.reshape_at *= 4
+        lanes_tree(h)
+    else:
+        lane_fix(h, src)
 
 cdef void q_free(HeapC* h) noexcept nogil:
     cdef int32_t k
@@ -1599,6 +1661,7 @@ cdef class Engine:
         heap_alloc(&s.heap, 1024)
         s.heap.max_lanes = min(max(event_lanes, 0), MAX_LANES)
         s.heap.lane_min_heap = max(lane_min_heap, 0)
+        s.heap.reshape_at = 1 << 14             # first refit of the winner tree after 16 k lane events
         s.ln_ack = lane_for(&s.heap, s.ack_ps)
         s.ln_upd = lane_for(&s.heap, s.update_ps)
         s.ln_refresh = lane_for(&s.heap, s.refresh_ps)
