@@ -842,6 +842,7 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     if s.c[ch].stall_since >= 0:         # a credit stall ends when the output sends anything (replays included)
         s.k[ch].credit_stall_ps += s.now - s.c[ch].stall_since
         s.c[ch].stall_since = -1
+        s.c[ch].cr_short = 0
     s.c[ch].tx_busy = 1
     s.k[ch].busy_ps += fin - s.now
     s.k[ch].units += 1
@@ -1041,6 +1042,7 @@ cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
         return send_unit(s, ch, r, pk.tail_ps)
     if credit_blocked and s.c[ch].stall_since < 0:
         s.c[ch].stall_since = s.now
+        s.c[ch].cr_short = 1
     if next_ready < INT64_MAX and not (s.now < s.c[ch].wake_at <= next_ready):
         s.c[ch].wake_at = next_ready
         c_push(&s.heap, next_ready, EV_WAKE, ch, 0, 0, 0)
@@ -1064,7 +1066,7 @@ cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
             s.cvs[cv(s, ch, vc)].cr_limit = lim
         if s.cvs[cv(s, ch, vc)].cr_limit - s.cvs[cv(s, ch, vc)].cr_used > s.pool_flits:
             s.k[ch].credit_errors += 1
-        if s.c[ch].stall_since < 0:             # no head of idle ch was short of credits at its last arbitration
+        if not s.c[ch].cr_short:                # no head of idle ch was short of credits at its last arbitration
             return try_send_if_unsettled(s, ch)
         return try_send(s, ch)
     # Ack or Nak: purge every unit up to and including sequence e.y
@@ -1873,9 +1875,12 @@ cdef class Engine:
 
     def counters(self):
         """Per-channel counters as zero-copy int64 views: strided columns of the CntC table, whose base keeps it
-        alive (copy them to keep a snapshot)."""
+        alive (copy them to keep a snapshot); queue_len and queue_max, 32-bit halves of one column, as int64 copies."""
         k = self._keep["k"][:self.s.n_ch]
-        return {name: k[:, CNT_COLS.index(name)] for name in COUNTERS}
+        q = CNT_COLS.index("queue_len|queue_max")
+        halves = {"queue_len": k.view(np.int32)[:, 2 * q], "queue_max": k.view(np.int32)[:, 2 * q + 1]}
+        return {name: halves[name].astype(np.int64) if name in halves else k[:, CNT_COLS.index(name)]
+                for name in COUNTERS}
 
     def totals(self):
         s = &self.s
@@ -1949,7 +1954,7 @@ def line_aligned_zeros(rows, cols):
 
 
 # column order of the CntC and CvC records (types.pxd) in their int64 tables
-CNT_COLS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "queue_len", "queue_area", "qlast", "queue_max", "acks",
-            "updatefc", "credit_stall_ps", "corrupted", "flits_corrupted", "naks", "replays", "replay_timeouts",
+CNT_COLS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "queue_len|queue_max", "queue_area", "qlast", "_pad0",
+            "acks", "updatefc", "credit_stall_ps", "corrupted", "flits_corrupted", "naks", "replays", "replay_timeouts",
             "retrains", "ctrl_lost", "dups_discarded", "credit_errors")
 CV_COLS = ("cr_used", "cr_limit", "freed", "freed_sent", "occ")

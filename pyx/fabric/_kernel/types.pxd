@@ -130,7 +130,7 @@ cdef struct ChanC:
     int32_t rr                 # round-robin pointer (last queue served)
     int16_t replay_num         # replays without progress (retrain past replay_limit <= 1000)
     int8_t e2e_held            # a store at the head of its injection queues may be held for grants (not settled)
-    int8_t _pad2
+    int8_t cr_short            # = stall_since >= 0 (a head short of credits), where try_send reads it
     int32_t tx_free_ch         # input buffer to free when the current unit is sent (-1 none)
     int32_t tx_free_vc
     int32_t tx_free_flits
@@ -172,17 +172,19 @@ cdef struct ChanC:
     uint16_t cr_dirty          # bit vc set <=> freed != freed_sent on VC vc (what the credit timer has to send)
     int8_t _pad4[4]
 
-cdef struct CntC:              # counters exposed to Python (one int64 column each: strided numpy views); 192 B from a
-                               # 64 B boundary: line 1 holds all that sending a unit and queueing a packet update
+cdef struct CntC:              # counters exposed to Python (int64 columns: strided numpy views; queue_len and queue_max
+                               # share one, 32 bits each); 192 B from a 64 B boundary: line 1 holds all that sending a
+                               # unit and queueing a packet update
     int64_t units              # units put on the wire, replays included
     int64_t packets            # new packets
     int64_t tlp_B              # header + payload bytes put into flits, replays included
     int64_t payload_B          # payload of new packets
     int64_t busy_ps
-    int64_t queue_len
+    int32_t queue_len          # packets queued (32 bits, so that its maximum shares the line)
+    int32_t queue_max
     int64_t queue_area         # integral of queue length over time (packet x ps)
     int64_t qlast
-    int64_t queue_max          # (line 2: read only when a queue grows)
+    int64_t _pad0
     int64_t acks
     int64_t updatefc
     int64_t credit_stall_ps    # credit stall: output idle, packets waiting, no credits
