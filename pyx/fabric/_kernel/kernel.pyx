@@ -1396,6 +1396,7 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
     cdef int32_t ch
     cdef int64_t i, j
     cdef uint64_t dirty
+    cdef bint held
     cdef int64_t budget_end = s.events + max_events
     cdef bint bounded = until_ps < INT64_MAX             # a time limit was given (else skip its check per event)
     cdef int vc, typ
@@ -1438,11 +1439,11 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
             complete_task(s, e.x)
         elif typ == EV_E2E_GRANT:
             i = <int64_t>ch * s.n_ranks + e.x
-            if s.e2e_avail[i] < s.maxp_B:       # a store of this pair may have been held (else none could be)
-                s.e2e_avail[i] += e.y
+            held = s.e2e_avail[i] < s.maxp_B    # a store of this pair may have been held (else none could be)
+            s.e2e_avail[i] += e.y
+            if held:
                 wake_node(s, ch)
             else:
-                s.e2e_avail[i] += e.y
                 for j in range(s.node_out_ptr[ch], s.node_out_ptr[ch + 1]):
                     try_send_if_unsettled(s, s.node_out[j])
         elif typ == EV_XFER_INJECT:
