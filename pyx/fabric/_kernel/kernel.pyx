@@ -477,8 +477,8 @@ cdef struct SimC:
     # ---- queues (VOQ per output channel x VC x input slot; the injection slot holds transfers)
     QueueC* q                      # [q_base + idx]: head and tail of each queue, side by side (one line, not two)
     uint64_t* q_bits               # per ch: bitmap of its non-empty queues (bit idx = vc * n_slots + slot)
-    ReplayC* ring
-    int32_t ring_cap               # replay ring slots per channel: a power of two >= window
+    ReplayC* ring                  # [ch * ring_cap + slot], 64 B aligned
+    int32_t ring_cap               # replay ring slots per channel: a power of two, grown up to >= window (ring_grow)
     int32_t ring_mask              # ring_cap - 1
     # ---- faults: per channel sorted lists (CSR; cursors in ChanC)
     int64_t* f_n
@@ -637,6 +637,39 @@ cdef inline void q_account(SimC* s, int32_t ch, int32_t delta) noexcept nogil:
     if delta > 0 and s.k[ch].queue_len > s.k[ch].queue_max:
         s.k[ch].queue_max = s.k[ch].queue_len
 
+cdef ReplayC* ring_alloc(int64_t n) noexcept nogil:
+    """n zeroed ring slots on a cache-line boundary (NULL if out of memory)."""
+    cdef size_t size = (<size_t>n * sizeof(ReplayC) + 63) & ~(<size_t>63)
+    cdef ReplayC* ring = <ReplayC*>aligned_alloc(64, size)
+    if ring != NULL:
+        memset(ring, 0, size)
+    return ring
+
+
+cdef int ring_grow(SimC* s) except -1 nogil:
+    """Double every channel's replay ring (a channel's unacknowledged units filled its ring).
+
+    Rings start small (Engine's replay_ring_slots, 16) rather than at the window: a channel rarely has more than a few dozen units
+    unacknowledged, and a ring sized for the window (4 KiB at 256 units) spreads each channel's units over lines
+    last touched hundreds of units ago (22 MB of rings at 1024 ranks, a cache miss per 4 units). Unit j of a
+    channel sits at slot (r_head + j) & ring_mask under either mask, so only the slots move."""
+    cdef int32_t cap = 2 * s.ring_cap, ch, j
+    cdef int64_t n = <int64_t>s.n_ch * cap
+    cdef ReplayC* grown = ring_alloc(n)
+    if grown == NULL:
+        with gil:
+            raise MemoryError("replay buffers")
+    for ch in range(s.n_ch):
+        for j in range(s.c[ch].r_count):
+            grown[<int64_t>ch * cap + ((s.c[ch].r_head + j) & (cap - 1))] = \
+                s.ring[<int64_t>ch * s.ring_cap + ((s.c[ch].r_head + j) & s.ring_mask)]
+    free(s.ring)
+    s.ring = grown
+    s.ring_cap = cap
+    s.ring_mask = cap - 1
+    return 0
+
+
 cdef int32_t pkt_alloc(SimC* s) except -1 nogil:
     cdef int32_t i, old
     cdef PacketC* grown
@@ -727,13 +760,10 @@ cdef int send_ctrl(SimC* s, int32_t ch, int kind, int32_t vc, int64_t value) exc
     cdef bint lost = False
     if kind == C_UPDATEFC:
         s.c[ch].upd_sent_n += 1
-        s.k[ch].updatefc += 1
         lost = s.c[ch].ctrl_faults and fault_take(s, ch, F_CREDIT, s.c[ch].upd_sent_n)
     else:
         s.c[ch].ack_sent_n += 1
-        if kind == C_ACK:
-            s.k[ch].acks += 1
-        else:
+        if kind == C_NAK:
             s.k[ch].naks += 1
         lost = s.c[ch].ctrl_faults and fault_take(s, ch, F_ACK, s.c[ch].ack_sent_n)
     if s.c[rev].down_until > s.now:
@@ -1032,6 +1062,8 @@ cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
         pk.next = -1
         s.cvs[c].cr_used += flits
         s.k[ch].packets += 1
+        if s.c[ch].r_count == s.ring_cap:       # (< window here, and window <= the largest ring)
+            ring_grow(s)
         i = (s.c[ch].r_head + s.c[ch].r_count) & s.ring_mask
         r = &s.ring[<int64_t>ch * s.ring_cap + i]
         r.pkt = p; r.seq = s.c[ch].next_seq; r.tlp_B = pk.tlp_B; r.flits = flits
@@ -1528,13 +1560,15 @@ cdef class Engine:
         return cnp.PyArray_DATA(a)
 
     def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
-                 int64_t lane_min_heap=64, bint skip_settled=True):
+                 int64_t lane_min_heap=64, bint skip_settled=True, int32_t replay_ring_slots=16):
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays.
         event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone);
         lane_min_heap: events go to their lane only while the heap holds at least this many. Neither changes
         results (tests/test_event_queue.py checks), only speed: lanes pay off once the heap is deep.
         skip_settled: skip arbitrating channels that cannot send (see settled()); off, every event that may enable
-        a send arbitrates. It changes nothing either (tests/test_arbitration.py checks), only speed."""
+        a send arbitrates. It changes nothing either (tests/test_arbitration.py checks), only speed.
+        replay_ring_slots: replay ring slots per channel at the start (a power of two; they double when a channel's
+        unacknowledged units fill them, up to the window): storage, not a result (tests/test_replay_ring.py)."""
         cdef SimC* s = &self.s
         cdef int32_t C, N, R, V, n, i
         cdef ChanC* cc
@@ -1552,8 +1586,10 @@ cdef class Engine:
         if s.window > s.replay_cap_flits:
             s.window = s.replay_cap_flits
         s.seq_mask = s.seq_mod - 1
+        if replay_ring_slots < 1 or replay_ring_slots & (replay_ring_slots - 1):
+            raise ValueError(f"replay_ring_slots={replay_ring_slots}: a power of two >= 1, please")
         s.ring_cap = 1
-        while s.ring_cap < s.window:
+        while s.ring_cap < s.window and s.ring_cap < replay_ring_slots:
             s.ring_cap *= 2
         s.ring_mask = s.ring_cap - 1
         s.ack_every = int(p["ack_every"]); s.ack_ps = int(p["ack_ps"]); s.replay_ps = int(p["replay_ps"])
@@ -1640,7 +1676,7 @@ cdef class Engine:
             cc.ch_src = ch_src[i]; cc.ch_dst = ch_dst[i]; cc.ch_rev = ch_rev[i]; cc.ch_slot = slot[i]
             cc.ps_per_tlpB = ps_per_tlpB[i]; cc.flit_ps = flit_ps[i]; cc.ch_lat = ch_lat[i]
             cc.log1m_ber = log1m_ber[i]; cc.p_flit = p_flit[i]; cc.rng = <uint64_t>rng[i]
-        s.ring = <ReplayC*>calloc(<size_t>C * s.ring_cap, sizeof(ReplayC))
+        s.ring = ring_alloc(<int64_t>C * s.ring_cap)
         if s.ring == NULL:
             raise MemoryError("replay buffers")
         assert sizeof(ChanC) == 256 and sizeof(XferC) == 128 and sizeof(PacketC) == 64
@@ -1876,18 +1912,27 @@ cdef class Engine:
 
     def counters(self):
         """Per-channel counters as zero-copy int64 views: strided columns of the CntC table, whose base keeps it
-        alive (copy them to keep a snapshot); queue_len and queue_max, 32-bit halves of one column, as int64 copies."""
+        alive (copy them to keep a snapshot); as int64 copies: queue_len and queue_max (32-bit halves of one
+        column), acks and updatefc (from the data-link state, where they are counted)."""
+        cdef int32_t i
+        cdef int64_t[::1] acks = np.zeros(self.s.n_ch, np.int64)
+        cdef int64_t[::1] upd = np.zeros(self.s.n_ch, np.int64)
+        for i in range(self.s.n_ch):
+            acks[i] = self.s.c[i].ack_sent_n - self.s.k[i].naks
+            upd[i] = self.s.c[i].upd_sent_n
         k = self._keep["k"][:self.s.n_ch]
         q = CNT_COLS.index("queue_len|queue_max")
-        halves = {"queue_len": k.view(np.int32)[:, 2 * q], "queue_max": k.view(np.int32)[:, 2 * q + 1]}
-        return {name: halves[name].astype(np.int64) if name in halves else k[:, CNT_COLS.index(name)]
-                for name in COUNTERS}
+        copies = {"queue_len": k.view(np.int32)[:, 2 * q].astype(np.int64),
+                  "queue_max": k.view(np.int32)[:, 2 * q + 1].astype(np.int64),
+                  "acks": np.asarray(acks), "updatefc": np.asarray(upd)}
+        return {name: copies[name] if name in copies else k[:, CNT_COLS.index(name)] for name in COUNTERS}
 
     def totals(self):
         s = &self.s
         return dict(e2e_holds=s.e2e_holds, arbitrations=s.arbitrations, carved=s.carved, delivered=s.delivered,
                     duplicates=s.dup_delivered, out_of_order=s.ooo_delivered,
-                    packets_live=s.pkts_live, tasks_left=s.tasks_left, events=s.events, now_ps=s.now)
+                    packets_live=s.pkts_live, tasks_left=s.tasks_left, events=s.events, now_ps=s.now,
+                    replay_ring_slots=s.ring_cap)
 
     def task_times(self):
         return self._keep["t_start"], self._keep["t_end"]
@@ -1955,7 +2000,7 @@ def line_aligned_zeros(rows, cols):
 
 
 # column order of the CntC and CvC records (types.pxd) in their int64 tables
-CNT_COLS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "queue_len|queue_max", "queue_area", "qlast", "_pad0",
-            "acks", "updatefc", "credit_stall_ps", "corrupted", "flits_corrupted", "naks", "replays", "replay_timeouts",
-            "retrains", "ctrl_lost", "dups_discarded", "credit_errors")
+CNT_COLS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "queue_len|queue_max", "queue_area", "qlast",
+            "credit_stall_ps", "corrupted", "flits_corrupted", "naks", "replays", "replay_timeouts", "retrains",
+            "ctrl_lost", "dups_discarded", "credit_errors")
 CV_COLS = ("cr_used", "cr_limit", "freed", "freed_sent", "occ")

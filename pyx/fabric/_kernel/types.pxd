@@ -156,8 +156,8 @@ cdef struct ChanC:
     # -- line 4: receiver
     int64_t ack_gen            # Ack timer generation
     int64_t cr_gen             # credit timer generation
-    int64_t ack_sent_n         # Ack/Nak messages sent for it
-    int64_t upd_sent_n         # UpdateFC messages sent for it
+    int64_t ack_sent_n         # Ack/Nak messages sent for it (counters(): acks = ack_sent_n - naks)
+    int64_t upd_sent_n         # UpdateFC messages sent for it (counters(): updatefc)
     int32_t expected           # next sequence number it accepts
     int32_t ack_pending        # accepted units not yet acknowledged
     int32_t ch_dst             # node it reaches
@@ -184,9 +184,8 @@ cdef struct CntC:              # counters exposed to Python (int64 columns: stri
     int32_t queue_max
     int64_t queue_area         # integral of queue length over time (packet x ps)
     int64_t qlast
-    int64_t _pad0
-    int64_t acks
-    int64_t updatefc
+    # Acks and UpdateFCs sent are counted once, in ChanC line 4 (ack_sent_n, upd_sent_n), which sending them touches
+    # anyway; counters() derives its acks and updatefc columns from them.
     int64_t credit_stall_ps    # credit stall: output idle, packets waiting, no credits
     int64_t corrupted          # units that arrived corrupted
     int64_t flits_corrupted    # flits corrupted on the wire (BER and injected)
@@ -197,7 +196,7 @@ cdef struct CntC:              # counters exposed to Python (int64 columns: stri
     int64_t ctrl_lost
     int64_t dups_discarded     # duplicates discarded by the receiver
     int64_t credit_errors      # credits negative or above the pool, receive buffer overrun
-    int64_t _pad[3]            # 192 B: three whole cache lines
+    int64_t _pad[6]            # 192 B: three whole cache lines
 
 cdef struct CvC:               # per (channel, VC): credits at the sender, buffer at the receiver
     int64_t cr_used            # cumulative flits consumed
