@@ -17,10 +17,10 @@ from strategies import fabric_case
 
 
 def run_engine(cfg, topo, graph, faults=(), event_lanes=16, lane_min_heap=0, slice_events=2**62, skip_settled=True,
-               replay_ring_slots=16):
+               replay_ring_slots=16, phy_countdown=True):
     """lane_min_heap=0: events use their lanes from the start (the default, 64, keeps small runs in the heap)."""
     eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), sim.as_arrays(graph), False, event_lanes,
-                        lane_min_heap, skip_settled, replay_ring_slots)
+                        lane_min_heap, skip_settled, replay_ring_slots, phy_countdown)
     for kind, ch, n, k in faults:
         eng.add_fault(sim.FAULTS[kind], int(ch), int(n), int(k))
     while eng.run(max_events=slice_events) == kernel.PAUSED:

@@ -13,7 +13,8 @@ COUNTERS: tuple[str, ...]
 
 class Engine:
     def __init__(self, p: dict, topo: dict, graph: dict, analytic: bool = ..., event_lanes: int = ...,
-                 lane_min_heap: int = ..., skip_settled: bool = ..., replay_ring_slots: int = ...) -> None: ...
+                 lane_min_heap: int = ..., skip_settled: bool = ..., replay_ring_slots: int = ...,
+                 phy_countdown: bool = ...) -> None: ...
     def add_fault(self, kind: int, ch: int, n: int, k: int = ...) -> None: ...
     def run(self, max_events: int = ..., until_ps: int = ...) -> int: ...  # until_ps default: no time limit
     @property

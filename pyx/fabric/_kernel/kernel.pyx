@@ -427,6 +427,7 @@ cdef struct SimC:
     int32_t replay_cap_flits
     int32_t max_unit_flits         # flits of the largest unit a queue can offer (a full data packet)
     bint skip_settled              # skip arbitrations that cannot change anything (off: arbitrate every time)
+    bint phy_countdown             # let units that cannot meet a PHY event skip phy_corrupt (off: it looks at all)
     int32_t ack_every
     ps_t ack_ps
     ps_t replay_ps
@@ -699,17 +700,40 @@ cdef inline void pkt_release(SimC* s, int32_t i) noexcept nogil:
 
 
 # ================================================================== physical layer: corruption of a unit
+cdef inline int64_t last_byte_before(double err_bit, double flit_bits, int64_t flitpay_B) noexcept nogil:
+    """The largest stream position e (bytes) with e * flit_bits / flitpay_B <= err_bit, in phy_corrupt's own
+    arithmetic (monotone in e), so that the countdown and the test it stands for agree to the last byte."""
+    cdef int64_t e = <int64_t>(err_bit * flitpay_B / flit_bits)
+    while e > 0 and e * flit_bits / flitpay_B > err_bit:
+        e -= 1
+    while (e + 1) * flit_bits / flitpay_B <= err_bit:
+        e += 1
+    return e
+
+
+cdef inline bint phy_unit(SimC* s, int32_t ch, int32_t tlp_B) noexcept nogil:
+    """Whether a unit of tlp_B bytes is corrupted. Most units end before the channel's next injected flit fault and
+    its next bit error: a countdown on the transmitter's line says so, and phy_corrupt (the third line, a division)
+    runs only for the others. The countdown only skips calls that would have changed nothing but the position."""
+    s.c[ch].phy_left_B -= tlp_B
+    if s.c[ch].phy_left_B >= 0:
+        return False
+    return phy_corrupt(s, ch, tlp_B)
+
+
 cdef bint phy_corrupt(SimC* s, int32_t ch, int32_t tlp_B) noexcept nogil:
     """Decide whether a unit of tlp_B bytes (framed into flits) is corrupted: injected flit faults and BER.
 
     The channel's flit stream is numbered from 0; the unit covers flits [f0, f1]. Random bit errors are placed by
-    skip sampling (the gap to the next errored bit is geometric), and every errored flit is counted once.
+    skip sampling (the gap to the next errored bit is geometric), and every errored flit is counted once. Then it
+    sets the countdown to the last byte position that the next look could not change anything before (phy_unit).
     """
     cdef bint bad = False
     cdef double flit_bits = 8.0 * s.flit_B, start_bit, end_bit, f
-    cdef int64_t f0 = 0, f1 = 0, i, lo, hi, n_end
-    cdef int64_t cum0 = s.c[ch].cum_tlp_B
-    s.c[ch].cum_tlp_B += tlp_B
+    cdef int64_t f0 = 0, f1 = 0, i, lo, hi, n_end, last
+    # the units that phy_unit let through since the last look moved the position on
+    cdef int64_t cum0 = s.c[ch].cum_tlp_B + s.c[ch].phy_run_B - (s.c[ch].phy_left_B + tlp_B)
+    s.c[ch].cum_tlp_B = cum0 + tlp_B
     i = s.c[ch].f_cur[F_FLIT]
     n_end = s.c[ch].f_end[F_FLIT]
     if i < n_end:                              # injected faults pending on this channel (divisions only then)
@@ -739,6 +763,18 @@ cdef bint phy_corrupt(SimC* s, int32_t ch, int32_t tlp_B) noexcept nogil:
             s.k[ch].flits_corrupted += 1
             f = <double>(<int64_t>(s.c[ch].next_err_bit / flit_bits) + 1)
             s.c[ch].next_err_bit = f * flit_bits + log(c_uniform(&s.c[ch].rng)) / s.c[ch].log1m_ber
+    # the next look is due for the first unit that ends past `last`: a unit ending at e needs one when a pending
+    # fault's first flit is at or before (e - 1) // flitpay_B, or when next_err_bit < e * flit_bits / flitpay_B
+    last = INT64_MAX
+    if i < n_end and s.f_n[i] < INT64_MAX // s.flitpay_B:
+        last = s.f_n[i] * s.flitpay_B
+    if s.c[ch].log1m_ber < 0.0:                 # (capped: 1e18 bits is past any run, and int64 holds the bytes)
+        last = min(last, last_byte_before(min(s.c[ch].next_err_bit, 1e18), flit_bits, s.flitpay_B))
+    last -= s.c[ch].cum_tlp_B
+    if not s.phy_countdown:
+        last = -1
+    s.c[ch].phy_left_B = <int32_t>(-1 if last < 0 else min(last, <int64_t>0x7fffffff))
+    s.c[ch].phy_run_B = s.c[ch].phy_left_B
     return bad
 
 
@@ -869,7 +905,7 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     first = ser if ser < s.c[ch].flit_ps else s.c[ch].flit_ps
     if tail_in + first > fin:          # cut-through: cannot finish before the tail has arrived
         fin = tail_in + first
-    if s.c[ch].stall_since >= 0:         # a credit stall ends when the output sends anything (replays included)
+    if s.c[ch].cr_short:                 # a credit stall ends when the output sends anything (replays included)
         s.k[ch].credit_stall_ps += s.now - s.c[ch].stall_since
         s.c[ch].stall_since = -1
         s.c[ch].cr_short = 0
@@ -877,7 +913,7 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     s.k[ch].busy_ps += fin - s.now
     s.k[ch].units += 1
     s.k[ch].tlp_B += r.tlp_B
-    bad = phy_corrupt(s, ch, r.tlp_B)
+    bad = phy_unit(s, ch, r.tlp_B)
     head = s.now + first + s.c[ch].ch_lat
     s.c[ch].lane_txd = <int8_t>lane_pick(&s.heap, s.c[ch].lane_txd, fin - s.now)
     c_push_lane(&s.heap, s.c[ch].lane_txd, fin, EV_TX_DONE, ch, 0, 0, 0)
@@ -1560,7 +1596,8 @@ cdef class Engine:
         return cnp.PyArray_DATA(a)
 
     def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
-                 int64_t lane_min_heap=64, bint skip_settled=True, int32_t replay_ring_slots=16):
+                 int64_t lane_min_heap=64, bint skip_settled=True, int32_t replay_ring_slots=16,
+                 bint phy_countdown=True):
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays.
         event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone);
         lane_min_heap: events go to their lane only while the heap holds at least this many. Neither changes
@@ -1568,7 +1605,9 @@ cdef class Engine:
         skip_settled: skip arbitrating channels that cannot send (see settled()); off, every event that may enable
         a send arbitrates. It changes nothing either (tests/test_arbitration.py checks), only speed.
         replay_ring_slots: replay ring slots per channel at the start (a power of two; they double when a channel's
-        unacknowledged units fill them, up to the window): storage, not a result (tests/test_replay_ring.py)."""
+        unacknowledged units fill them, up to the window): storage, not a result (tests/test_replay_ring.py).
+        phy_countdown: units that end before their channel's next injected flit fault and bit error skip the PHY's
+        look (phy_unit); off, every unit gets it. Results are the same (tests/test_phy_countdown.py checks)."""
         cdef SimC* s = &self.s
         cdef int32_t C, N, R, V, n, i
         cdef ChanC* cc
@@ -1576,6 +1615,7 @@ cdef class Engine:
         cdef ps_t ser, first
         s.analytic = analytic
         s.skip_settled = skip_settled
+        s.phy_countdown = phy_countdown
         s.levels = int(topo["vc_levels"])
         s.nvc = 2 * s.levels
         if s.nvc > 16:                  # ChanC.cr_dirty has a bit per VC

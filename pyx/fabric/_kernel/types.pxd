@@ -132,7 +132,8 @@ cdef struct ChanC:
     int8_t e2e_held            # a store at the head of its injection queues may be held for grants (not settled)
     int8_t cr_short            # = stall_since >= 0 (a head short of credits), where try_send reads it
     int32_t tx_free_ch         # input buffer to free when the current unit is sent (-1 none)
-    int32_t tx_free_vc
+    int32_t phy_left_B         # bytes it may still put into flits before phy_corrupt must look (< 0: at the next
+                               # unit): no injected flit fault and no bit error falls in them (kernel.pyx, phy_unit)
     int32_t tx_free_flits
     int32_t ch_src             # node it leaves
     double ps_per_tlpB         # serialisation per header+payload byte (flit framing folded in)
@@ -143,16 +144,18 @@ cdef struct ChanC:
     int8_t rt_armed            # replay timer armed
     int8_t rt_pending          # a replay-timer event for it is in the heap
     int8_t lane_txd            # event lane its last EV_TX_DONE went to (kernel.pyx: delay lanes; -1: the heap)
-    int8_t lane_dlv            # event lane its last EV_DELIVER went to
+    int8_t tx_free_vc
     int8_t lane_arr            # event lane its last unit's head (EV_PKT_ARRIVE) went to
     # -- line 3: PHY (bit errors, injected flit faults) and fault cursors
-    int64_t cum_tlp_B          # bytes put into flits so far (flit index for fault injection)
+    int64_t cum_tlp_B          # bytes put into flits up to phy_corrupt's last look (flit index for fault injection;
+                               # now: cum_tlp_B + phy_run_B - phy_left_B)
     double next_err_bit        # stream position (bits) of the next bit error (geometric skip sampling)
     ps_t stall_since           # start of the current credit stall (-1: none)
     double log1m_ber           # log(1 - BER)
     int32_t f_cur[3]           # per fault kind (F_*): next entry of its sorted fault list
     int32_t f_end[3]           # per fault kind: end of its list
-    int8_t _pad3[8]
+    int32_t phy_run_B          # phy_left_B as phy_corrupt's last look left it
+    int8_t _pad3[4]
     # -- line 4: receiver
     int64_t ack_gen            # Ack timer generation
     int64_t cr_gen             # credit timer generation
@@ -170,7 +173,8 @@ cdef struct ChanC:
     int8_t lane_ctrl           # event lane of the Acks/UpdateFCs about it (they cross ch_rev; its delay is theirs)
     int8_t ctrl_faults         # Ack/Nak or UpdateFC losses are injected on it (fault_take has work to do)
     uint16_t cr_dirty          # bit vc set <=> freed != freed_sent on VC vc (what the credit timer has to send)
-    int8_t _pad4[4]
+    int8_t lane_dlv            # event lane its last EV_DELIVER went to (the receiver's: its last hop ends here)
+    int8_t _pad4[3]
 
 cdef struct CntC:              # counters exposed to Python (int64 columns: strided numpy views; queue_len and queue_max
                                # share one, 32 bits each); 192 B from a 64 B boundary: line 1 holds all that sending a
