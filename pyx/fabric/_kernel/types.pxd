@@ -144,11 +144,11 @@ cdef struct ChanC:
     int8_t rt_armed            # replay timer armed
     int8_t rt_pending          # a replay-timer event for it is in the heap
     int8_t lane_txd            # event lane its last EV_TX_DONE went to (kernel.pyx: delay lanes; -1: the heap)
-    int8_t tx_free_vc
+    int8_t tx_free_vc          # its VC
     int8_t lane_arr            # event lane its last unit's head (EV_PKT_ARRIVE) went to
     # -- line 3: PHY (bit errors, injected flit faults) and fault cursors
-    int64_t cum_tlp_B          # bytes put into flits up to phy_corrupt's last look (flit index for fault injection;
-                               # now: cum_tlp_B + phy_run_B - phy_left_B)
+    int64_t cum_tlp_B          # bytes put into flits up to phy_corrupt's last look (flit index for fault injection);
+                               # the position now is cum_tlp_B + phy_run_B - phy_left_B
     double next_err_bit        # stream position (bits) of the next bit error (geometric skip sampling)
     ps_t stall_since           # start of the current credit stall (-1: none)
     double log1m_ber           # log(1 - BER)
