@@ -152,7 +152,8 @@ def render(rows: list[dict], repeat: int = 1) -> str:
         lines.append(f"wall s: the fastest of {repeat} runs of each case")
     k = scaling_exponent(rows)
     if k is not None:
-        lines.append(f"oneshot scaling: wall ~ packets^{k:.2f}, ~ packet-hops^{scaling_exponent(rows, 'packet_hops'):.2f}"
+        k_hops = scaling_exponent(rows, "packet_hops")
+        lines.append(f"oneshot scaling: wall ~ packets^{k:.2f}, ~ packet-hops^{k_hops:.2f}"
                      f" (fitted over {sum(r['case'].startswith('oneshot-') for r in rows)} oneshot cases; "
                      f"1.00 = linear)")
     return "\n".join(lines)

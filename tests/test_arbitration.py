@@ -38,7 +38,8 @@ def test_skipping_settled_arbitrations_changes_nothing_on_random_fabrics_with_er
 def test_a_busy_mesh_skips_arbitrations_and_changes_nothing(arbitration):
     """Grants short (stores held), a replay buffer that limits, bit errors, and every fault kind on some links."""
     cfg = load_config(preset="mesh-4x4x4", overrides={
-        "txn.max_payload_bytes": 256, "txn.max_read_request_bytes": 256, "phy.ber": 1e-6, "endpoint.e2e_window_bytes": 1024,
+        "txn.max_payload_bytes": 256, "txn.max_read_request_bytes": 256, "phy.ber": 1e-6,
+        "endpoint.e2e_window_bytes": 1024,
         "link.replay_buffer_flits": 6, "switch.arbitration": arbitration})
     topo = build(cfg)
     faults = [("corrupt_flit", 3, 40, 3), ("lose_ack", 7, 5, 2), ("lose_credit", 11, 9, 2), ("retrain", 5, 400_000, 1)]

@@ -638,6 +638,7 @@ cdef inline void q_account(SimC* s, int32_t ch, int32_t delta) noexcept nogil:
     if delta > 0 and s.k[ch].queue_len > s.k[ch].queue_max:
         s.k[ch].queue_max = s.k[ch].queue_len
 
+
 cdef ReplayC* ring_alloc(int64_t n) noexcept nogil:
     """n zeroed ring slots on a cache-line boundary (NULL if out of memory)."""
     cdef size_t size = (<size_t>n * sizeof(ReplayC) + 63) & ~(<size_t>63)
@@ -650,10 +651,10 @@ cdef ReplayC* ring_alloc(int64_t n) noexcept nogil:
 cdef int ring_grow(SimC* s) except -1 nogil:
     """Double every channel's replay ring (a channel's unacknowledged units filled its ring).
 
-    Rings start small (Engine's replay_ring_slots, 16) rather than at the window: a channel rarely has more than a few dozen units
-    unacknowledged, and a ring sized for the window (4 KiB at 256 units) spreads each channel's units over lines
-    last touched hundreds of units ago (22 MB of rings at 1024 ranks, a cache miss per 4 units). Unit j of a
-    channel sits at slot (r_head + j) & ring_mask under either mask, so only the slots move."""
+    Rings start small (Engine's replay_ring_slots, 16) rather than at the window: a channel rarely has more than a
+    few dozen units unacknowledged, and a ring sized for the window (4 KiB at 256 units) spreads each channel's
+    units over lines last touched hundreds of units ago (22 MB of rings at 1024 ranks, a cache miss per 4 units).
+    Unit j of a channel sits at slot (r_head + j) & ring_mask under either mask, so only the slots move."""
     cdef int32_t cap = 2 * s.ring_cap, ch, j
     cdef int64_t n = <int64_t>s.n_ch * cap
     cdef ReplayC* grown = ring_alloc(n)
