@@ -110,15 +110,16 @@ def run_case(case: str) -> dict:
                 peak_rss_mb=rss_kb / 1024.0)
 
 
-def scaling_exponent(rows: list[dict], per: str = "packets") -> float | None:
-    """Least-squares slope of log(wall) on log(rows[per]) over the oneshot cases (1.0 = linear). Against packets it
-    includes the workload's growth in hops per packet (3.8 on the 64-rank mesh, 7.1 on sd200-1024); against
-    packet_hops it is the kernel's own."""
-    pts = [(r[per], r["wall_s"]) for r in rows if r["case"].startswith("oneshot-") and r[per] > 0]
+def scaling_exponent(rows: list[dict], per: str = "packets", of: str = "wall_s") -> float | None:
+    """Least-squares slope of log(rows[of]) on log(rows[per]) over the oneshot cases (1.0 = linear). Wall against
+    packets includes the workload's growth in hops per packet (3.8 on the 64-rank mesh, 7.1 on sd200-1024); wall
+    against packet_hops is the kernel's own; events against packets is the workload's alone, the exponent a kernel
+    with a constant cost per event would reach."""
+    pts = [(r[per], r[of]) for r in rows if r["case"].startswith("oneshot-") and r[per] > 0]
     if len(pts) < 2:
         return None
     x = np.log([p for p, _ in pts])
-    y = np.log([max(w, 1e-9) for _, w in pts])
+    y = np.log([max(v, 1e-9) for _, v in pts])
     return float(np.polyfit(x, y, 1)[0])
 
 
@@ -156,6 +157,8 @@ def render(rows: list[dict], repeat: int = 1) -> str:
         lines.append(f"oneshot scaling: wall ~ packets^{k:.2f}, ~ packet-hops^{k_hops:.2f}"
                      f" (fitted over {sum(r['case'].startswith('oneshot-') for r in rows)} oneshot cases; "
                      f"1.00 = linear)")
+        lines.append(f"  workload: events ~ packets^{scaling_exponent(rows, of='events'):.2f} (hops per packet grow "
+                     f"with the diameter; a constant cost per event gives this)")
     return "\n".join(lines)
 
 

@@ -18,9 +18,13 @@ def test_oneshot_message_scaling():
 
 
 def test_scaling_exponent_of_a_linear_cost():
-    rows = [dict(case=f"oneshot-{n}", packets=n * 1000, packet_hops=n * n, wall_s=n * 0.01) for n in (64, 128, 256)]
+    rows = [dict(case=f"oneshot-{n}", packets=n * 1000, packet_hops=n * n, events=n ** 3, wall_s=n * 0.01)
+            for n in (64, 128, 256)]
     assert abs(bench.scaling_exponent(rows) - 1.0) < 1e-9
     assert abs(bench.scaling_exponent(rows, "packet_hops") - 0.5) < 1e-9
+    assert abs(bench.scaling_exponent(rows, of="events") - 3.0) < 1e-9
+    assert "events ~ packets^3.00" in bench.render([dict(r, events_per_s=1.0, packet_hops_per_s=1.0, peak_rss_mb=1.0)
+                                                    for r in rows])
 
 
 def test_quick_suite_runs(tmp_path):
