@@ -61,3 +61,18 @@ def test_lanes_pop_the_heaps_sequence_on_a_busy_mesh():
     assert_same(run_engine(cfg, topo, graph, lane_min_heap=64), heap_only)
     # the lanes' winner tree is reshaped to their pop counts at 16 k, 64 k, 256 k lane events: also across pauses
     assert_same(run_engine(cfg, topo, graph, slice_events=4099), heap_only)
+
+
+def test_lane_rings_shrink_back_after_a_burst():
+    """The 4,032 transfers of a 64-rank all-to-all are issued at once: their lane's ring grows to hold them all,
+    then lanes_trim halves it as it drains. (Storage only: the busy-mesh test above runs the same traffic, trims
+    included, against the heap alone.)"""
+    cfg = load_config(preset="mesh-4x4x4", overrides={"txn.max_payload_bytes": 256})
+    topo = build(cfg)
+    eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), sim.as_arrays(all_to_all_graph(64, 256)),
+                        False, 16, 0)
+    eng.run(max_events=1)
+    burst = eng.lane_slots
+    assert burst >= 4096 + 256 and eng.pending_events >= 4032
+    assert eng.run() == kernel.DONE and eng.pending_events == 0
+    assert eng.lane_slots < burst // 2
