@@ -7,8 +7,19 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)     # C11: ChanC and XferC records start on cache lines
-    void __builtin_prefetch(const void* addr)
-    void prefetch_write "__builtin_prefetch"(const void* addr, int rw, int locality)
+
+cdef extern from *:
+    """
+    /* Prefetches as volatile asm on x86-64. GCC treats __builtin_prefetch as free of side effects, so a function
+       that only computes addresses and prefetches them counts as pure and a call to it is deleted as dead: the
+       lane look-ahead (prefetch_ahead) compiled to nothing. A volatile asm is never deleted. */
+    #if defined(__x86_64__) && defined(__GNUC__)
+    static inline void fabric_prefetch(const void *p) { __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p)); }
+    #else
+    static inline void fabric_prefetch(const void *p) { __builtin_prefetch(p); }
+    #endif
+    """
+    void prefetch "fabric_prefetch"(const void* addr) nogil
 cimport numpy as cnp
 import numpy as np
 
@@ -356,7 +367,7 @@ cdef inline int c_push_lane(HeapC* h, int32_t k, ps_t t, int16_t typ, int32_t ch
     e.y = y; e.ch = ch; e.x = x
     h.order += 1
     L.n += 1
-    prefetch_write(&L.e[(L.head + L.n + 16) & (L.cap - 1)], 1, 3)   # the ring's tail runs into lines read out long ago
+    prefetch(&L.e[(L.head + L.n + 16) & (L.cap - 1)])   # the ring's tail runs into lines read out long ago
     if L.n == 1:
         h.lh_time[k] = t
         h.lh_key[k] = e.key
@@ -397,7 +408,7 @@ cdef inline void q_take(HeapC* h, int32_t src, EventC* out) noexcept nogil:
         return
     L = &h.lane[src]
     out[0] = L.e[L.head]
-    __builtin_prefetch(&L.e[(L.head + 16) & (L.cap - 1)])         # and its head into lines written long ago
+    prefetch(&L.e[(L.head + 16) & (L.cap - 1)])         # and its head into lines written long ago
     L.head = (L.head + 1) & (L.cap - 1)
     L.n -= 1
     if L.n > 0:
@@ -1070,7 +1081,7 @@ cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
                         unsettle_node(s, node)          # a store of this pair may now be held at any of its ports
             s.q[qi].head = xf.next                                      # rotate or retire the transfer
             if xf.next >= 0:                        # the transfer this port carves from next: fetch its line now
-                __builtin_prefetch(&s.xf[xf.next])
+                prefetch(&s.xf[xf.next])
             if s.q[qi].head < 0:
                 s.q[qi].tail = -1
             if xf.carved_B < xf.avail_B:
@@ -1102,7 +1113,7 @@ cdef int arbitrate(SimC* s, int32_t ch) except -1 nogil:
                 return 0
             s.q[qi].head = pk.next
             if pk.next >= 0:                        # the packet this queue offers next: fetch its line now
-                __builtin_prefetch(&s.pk[pk.next])
+                prefetch(&s.pk[pk.next])
             else:
                 s.q[qi].tail = -1
                 s.c[ch].q_busy -= 1
@@ -1458,29 +1469,25 @@ cdef int on_inject(SimC* s, int32_t x) except -1 nogil:
 # ================================================================== the loop
 cdef inline void prefetch_next_head(SimC* s, int32_t ch) noexcept nogil:
     """Fetch what ch's next arbitration will most likely read first: the head (packet, or transfer to carve from) of
-    its first non-empty queue after the round-robin pointer. A guess: it may be wrong, never harmful."""
-    cdef int32_t nslots, nq, start, idx, x
-    cdef uint64_t* bits
-    if s.c[ch].q_busy == 0 or s.c[ch].r_sent < s.c[ch].r_count:
+    its first non-empty queue after the round-robin pointer, among its first 64 queues. A guess: it may be wrong
+    (a replay, a head not ready, more queues), never harmful."""
+    cdef uint64_t word = s.q_bits[s.c[ch].qb_base]
+    cdef int32_t start = s.c[ch].rr + 1
+    cdef int32_t nslots, idx, x
+    if word == 0:
         return
-    nslots = s.n_slots[s.c[ch].ch_src]
-    nq = s.nvc * nslots
-    start = s.c[ch].rr + 1
-    if start >= nq:
-        start -= nq
-    bits = &s.q_bits[s.c[ch].qb_base]
-    idx = next_bit(bits, start, nq)
-    if idx < 0:
-        idx = next_bit(bits, 0, nq)
-        if idx < 0:
-            return
+    if start < 64 and word >> start:
+        idx = start + __builtin_ctzll(word >> start)
+    else:
+        idx = __builtin_ctzll(word)
     x = s.q[s.c[ch].q_base + idx].head
+    nslots = s.n_slots[s.c[ch].ch_src]
     while idx >= nslots:
         idx -= nslots
     if idx == nslots - 1:
-        __builtin_prefetch(&s.xf[x])
+        prefetch(&s.xf[x])
     else:
-        __builtin_prefetch(&s.pk[x])
+        prefetch(&s.pk[x])
 
 
 cdef inline void prefetch_ahead(SimC* s, LaneC* L) noexcept nogil:
@@ -1494,19 +1501,17 @@ cdef inline void prefetch_ahead(SimC* s, LaneC* L) noexcept nogil:
         e = &L.e[(L.head + 8) & (L.cap - 1)]
         ty = ev_type(e)
         if ty == EV_PKT_ARRIVE or ty == EV_DELIVER:
-            __builtin_prefetch(&s.pk[e.x])
+            prefetch(&s.pk[e.x])
     if L.n > 4:
         e = &L.e[(L.head + 4) & (L.cap - 1)]
         ty = ev_type(e)
         if ty == EV_PKT_ARRIVE:
             pk = &s.pk[e.x]
             if pk.hops_left > 1:
-                __builtin_prefetch(&s.hop[pk.hop_at])
+                prefetch(&s.hop[pk.hop_at])
         elif ty == EV_DELIVER:
-            __builtin_prefetch(<char*>&s.xf[s.pk[e.x].xfer] + 64)
-    if L.n > 3:
-        e = &L.e[(L.head + 3) & (L.cap - 1)]
-        if ev_type(e) == EV_TX_DONE:
+            prefetch(<char*>&s.xf[s.pk[e.x].xfer] + 64)
+        elif ty == EV_TX_DONE:
             prefetch_next_head(s, e.ch)
 
 
