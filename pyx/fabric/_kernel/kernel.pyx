@@ -12,7 +12,8 @@ cdef extern from *:
     """
     /* Prefetches as volatile asm on x86-64. GCC treats __builtin_prefetch as free of side effects, so a function
        that only computes addresses and prefetches them counts as pure and a call to it is deleted as dead: the
-       lane look-ahead (prefetch_ahead) compiled to nothing. A volatile asm is never deleted. */
+       lane look-ahead (prefetch_ahead) compiled to nothing. A volatile asm is never deleted. Elsewhere the builtin
+       stays (results are the same either way; only the look-ahead may be lost). */
     #if defined(__x86_64__) && defined(__GNUC__)
     static inline void fabric_prefetch(const void *p) { __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p)); }
     #else
@@ -1493,7 +1494,8 @@ cdef inline void prefetch_next_head(SimC* s, int32_t ch) noexcept nogil:
 cdef inline void prefetch_ahead(SimC* s, LaneC* L) noexcept nogil:
     """Lanes are FIFOs, so the events a few places behind a lane's head are known to come soon: fetch what they will
     touch while the current one runs (no effect on results). An arrival or delivery 8 places back: its packet;
-    4 places back (its packet fetched by now): the next route-graph node, or the transfer's delivery line."""
+    4 places back (its packet fetched by now): the next route-graph node, or the transfer's delivery line; a
+    transmitter-free event 4 places back: the head its channel's arbitration will most likely read."""
     cdef EventC* e
     cdef PacketC* pk
     cdef int ty
