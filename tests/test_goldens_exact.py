@@ -1,0 +1,73 @@
+"""Exact golden numbers of the packet engine: the kernel is deterministic bit for bit, so these pin integers.
+
+Network-bound cases only (a compute-bound step hides a network regression). A change that moves any of these
+numbers changes the model: update them deliberately, with the reason in the commit message. The analytic engine is
+pinned on the toy step too, and the toy step is chosen so that the two engines disagree (a 64-way incast the
+analytic engine does not see), so a golden of one cannot pass for the other.
+"""
+import numpy as np
+import pytest
+
+from fabric import collectives, sim
+from fabric.bench import all_to_all_graph
+from fabric.config import load_config, with_overrides
+from fabric.taskgraph import COMPUTE, GraphBuilder, transfer_graph
+from fabric.topology import build
+
+
+def summary(res: sim.RunResult) -> dict:
+    c = res.counters
+    return dict(end_ps=int(res.task_end_ps.max()), events=int(res.events), packets=int(c["packets"].sum()),
+                tlp_B=int(c["tlp_B"].sum()), replays=int(c["replays"].sum()),
+                credit_stall_ps=int(c["credit_stall_ps"].sum()))
+
+
+def toy_step(cfg) -> object:
+    """2 us of compute on 64 ranks, a 64 KiB one-shot AllReduce across them, 2 us of compute."""
+    b = GraphBuilder(64)
+    ranks = np.arange(64)
+    before = b.add_tasks(COMPUTE, ranks, stream=0, duration_ps=2_000_000)
+    start, done, _ = b.add_fragment(collectives.template("allreduce", "oneshot", 65536, 64, cfg), ranks)
+    after = b.add_tasks(COMPUTE, ranks, stream=0, duration_ps=2_000_000)
+    b.add_edges(before, start)
+    b.add_edges(done, after)
+    return b.build()
+
+
+def test_saturated_link():
+    cfg = load_config("link")
+    got = summary(sim.run(cfg, build(cfg), transfer_graph(0, 1, 4096 * 20000)))
+    assert got == dict(end_ps=1_326_645_000, events=105_587, packets=20_000, tlp_B=82_240_000, replays=0,
+                       credit_stall_ps=0)
+
+
+def test_link_at_ber_1e_5_retransmits():
+    cfg = with_overrides(load_config("link"), {"phy.ber": 1e-5})
+    got = summary(sim.run(cfg, build(cfg), transfer_graph(0, 1, 4096 * 20000)))
+    assert got == dict(end_ps=6_888_575_209, events=165_042, packets=20_000, tlp_B=177_227_200, replays=8_198,
+                       credit_stall_ps=4_026_805_754)
+
+
+def test_all_to_all_on_a_congested_mesh():
+    cfg = load_config("mesh-4x4x4", overrides={"txn.max_payload_bytes": 256})
+    got = summary(sim.run(cfg, build(cfg), all_to_all_graph(64, 4096)))
+    assert got == dict(end_ps=6_317_734, events=778_451, packets=245_760, tlp_B=66_846_720, replays=0,
+                       credit_stall_ps=95_171_641)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    cfg = load_config("sd200")
+    topo, g = build(cfg), toy_step(cfg)
+    return {e: summary(sim.run(cfg, topo, g, engine=e)) for e in ("packet", "analytic")}
+
+
+def test_toy_step_packet_engine(toy):
+    assert toy["packet"] == dict(end_ps=254_300_703, events=1_292_072, packets=255_744, tlp_B=935_454_720,
+                                 replays=0, credit_stall_ps=26_168_736_780)
+
+
+def test_toy_step_analytic_engine(toy):
+    assert toy["analytic"] == dict(end_ps=42_214_384, events=8_384, packets=0, tlp_B=0, replays=0,
+                                   credit_stall_ps=0)
+    assert toy["packet"]["end_ps"] != toy["analytic"]["end_ps"]
