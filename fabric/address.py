@@ -5,7 +5,8 @@ Layout (all windows are `topology.accel_mem_gib` GiB, the memory of one accelera
   [GLOBAL_BASE + r*W, GLOBAL_BASE + (r+1)*W).
 - Host domain h sees every accelerator of the fabric above HOST_BASE: first *local* windows for its own
   accelerators (ascending rank), then *shadow-device* windows for every remote accelerator (ascending rank). So a
-  host domain sees R/A times its own accelerator memory (8x for the 64-accelerator sd200, REFERENCE.md s1).
+  host domain sees R/A times its own accelerator memory (8x for the 64-accelerator sd200,
+  docs/sources.md §SD200 system).
 - The ingress port translates host address -> global address -> destination rank; an access to a shadow window is
   cross-host P2P, forwarded through the fabric (`ingress_cost_ps` charges EndpointConfig.translation_ns, plus
   p2p_forward_ns for shadow windows).
@@ -25,12 +26,14 @@ from typing import NamedTuple
 import numpy as np
 
 from fabric.errors import FabricError
+from fabric.phy import ps
 
 STATUS_OK = 0
 STATUS_UR = 1          # Unsupported Request: the address hits no window (PCIe completion status UR)
 GIB = 1 << 30
 GLOBAL_BASE = 0        # the switch-domain space is private to the fabric: it may start at 0
-HOST_BASE = 1 << 44    # 16 TiB: above a host's own DRAM (64 TB over 8 hosts = 8 TB each, REFERENCE.md s1) and MMIO
+HOST_BASE = 1 << 44    # 16 TiB: above a host's own DRAM (64 TB over 8 hosts = 8 TB each,
+                       # docs/sources.md §SD200 system) and MMIO
 ADDR_LIMIT = 1 << 63   # addresses are int64 in the kernel
 
 
@@ -218,7 +221,7 @@ def build_address_map(topo, cfg) -> AddressMap:
 def ingress_cost_ps(cfg, is_shadow: bool) -> int:
     """What the ingress port charges a request: translation, plus forwarding when it targets a shadow window."""
     e = cfg.endpoint
-    return int(round(1000 * (e.translation_ns + (e.p2p_forward_ns if is_shadow else 0.0))))
+    return ps(e.translation_ns + (e.p2p_forward_ns if is_shadow else 0.0))
 
 
 # ---------------------------------------------------------------- functional reference memory

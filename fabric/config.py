@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.errors import ConfigError
+from fabric.phy import packet_flits
 
 
 def param(default, *, unit: str, help: str, reason: str, lo=None, hi=None, lo_open=False, hi_open=False,
@@ -64,8 +65,8 @@ class _Section:
 class PhyConfig(_Section):
     """Physical layer, per unidirectional channel."""
     lanes: int = param(8, unit="lanes", lo=1, hi=64, help="SerDes lanes per port and direction",
-                       reason="x8 ports at 64 Gb/s give 64 GB/s per direction, the bandwidth REFERENCE.md s2 uses "
-                              "for its credit sizing example")
+                       reason="x8 ports at 64 Gb/s give 64 GB/s per direction, the bandwidth of the credit sizing "
+                              "example in docs/sources.md §Protocol standards")
     lane_rate_gbps: float = param(64.0, unit="Gb/s", lo=0, lo_open=True, hi=1000,
                                   help="signalling rate of one lane",
                                   reason="PCIe-6-class 64 GT/s SerDes, the rate class of copper scale-up ports")
@@ -74,30 +75,33 @@ class PhyConfig(_Section):
                                         reason="flit-mode PHY: framing lives inside the flit (1b/1b), as in "
                                                "PCIe 6 flit mode")
     flit_bytes: int = param(256, unit="B", lo=16, hi=4096, help="flit size on the wire",
-                            reason="256 B flits as in PCIe 6 flit mode, CXL 3 and REFERENCE.md s2")
+                            reason="256 B flits as in PCIe 6 flit mode and CXL 3 "
+                                   "(docs/sources.md §Protocol standards)")
     flit_overhead_bytes: int = param(8, unit="B", lo=0, hi=1024,
                                      help="per-flit overhead: CRC plus data-link header (sequence, Ack, credits)",
-                                     reason="4 B LCRC + 4 B DLP header, no FEC at BER 1e-12; 10 B (REFERENCE.md "
-                                            "s2) would leave 95.7% with 16 B transaction headers at 4 KiB payloads")
+                                     reason="4 B LCRC + 4 B DLP header, no FEC at BER 1e-12; 10 B (docs/sources.md "
+                                            "§Protocol standards) would leave 95.7% with 16 B transaction headers "
+                                            "at 4 KiB payloads")
     tx_latency_ns: float = param(8.0, unit="ns", lo=0, hi=1e6, help="transmit PHY latency (serialiser, TX FIFO)",
                                  reason="a few tens of UI-clock cycles of a 64G SerDes")
     rx_latency_ns: float = param(12.0, unit="ns", lo=0, hi=1e6,
                                  help="receive PHY latency (deserialiser, CDR, CRC check; no FEC)",
-                                 reason="no RS-FEC at BER 1e-12 saves the 37-115 ns of REFERENCE.md s2")
+                                 reason="no RS-FEC at BER 1e-12 saves its 37-115 ns receive latency "
+                                        "(docs/sources.md §Protocol standards)")
     cable_m: float = param(1.0, unit="m", lo=0, hi=1000, help="cable or trace length of a link",
                            reason="all-copper short-reach links inside one super-node cabinet")
     wire_ns_per_m: float = param(5.0, unit="ns/m", lo=0, hi=100, help="propagation delay per metre",
-                                 reason="copper, REFERENCE.md s2")
+                                 reason="copper, docs/sources.md §Protocol standards")
     ber: float = param(1e-12, unit="errors/bit", lo=0, hi=1, hi_open=True,
                        help="bit error rate; each unit on the wire is corrupted with 1-(1-ber)^(8*bytes)",
-                       reason="the SD200's published BER (REFERENCE.md s1)")
+                       reason="the SD200's published BER (docs/sources.md §SD200 link)")
 
 
 @dataclass(frozen=True)
 class LinkConfig(_Section):
     """Data-link layer: sequence numbers, Ack/Nak, go-back-N replay and credit-based flow control."""
     seq_bits: int = param(12, unit="bits", lo=2, hi=30, help="width of the wrapping sequence number",
-                          reason="PCIe's 12-bit sequence numbers (REFERENCE.md s2)")
+                          reason="PCIe's 12-bit sequence numbers (docs/sources.md §Protocol standards)")
     replay_buffer_flits: int = param(256, unit="flits", lo=1, hi=1 << 20,
                                      help="replay buffer size; the sender stalls when unacknowledged packets fill it",
                                      reason="64 KiB covers 64 GB/s x (Ack round trip ~100 ns + coalescing) with "
@@ -110,7 +114,7 @@ class LinkConfig(_Section):
                                 reason="bounds Ack delay for trickle traffic well below the replay timer")
     replay_timer_ns: float = param(2000.0, unit="ns", lo=0, lo_open=True, hi=1e10,
                                    help="replay unacknowledged packets if no Ack arrives for this long",
-                                   reason="about 2 us, REFERENCE.md s1 (retransmit latency of order 1 us)")
+                                   reason="about 2 us, docs/sources.md §SD200 link (retransmit latency of order 1 us)")
     replay_limit: int = param(4, unit="replays", lo=1, hi=1000,
                               help="replays without forward progress before the link retrains",
                               reason="PCIe retrains after the 4th failed replay")
@@ -121,7 +125,8 @@ class LinkConfig(_Section):
                      reason="requests and responses on separate VCs avoid protocol deadlock")
     credit_flits: int = param(128, unit="flits", lo=1, hi=1 << 20,
                               help="receive buffer per VC, advertised as flit credits (one credit = one flit slot)",
-                              reason="32 KiB covers 64 GB/s x 300 ns = 18.8 KiB credit round trip (REFERENCE.md s2)")
+                              reason="32 KiB covers 64 GB/s x 300 ns = 18.8 KiB credit round trip "
+                                     "(docs/sources.md §Protocol standards)")
     credit_update_flits: int = param(8, unit="flits", lo=1, hi=1 << 20,
                                      help="send an UpdateFC once this many credits have been freed",
                                      reason="coalesces credit returns to one per ~2 KiB")
@@ -161,7 +166,8 @@ class SwitchConfig(_Section):
     """Fabric switches: virtual-output-queued, cut-through."""
     latency_ns: float = param(100.0, unit="ns", lo=0, hi=1e7,
                               help="port-to-port cut-through pipeline latency of a fabric switch",
-                              reason="PCIe-class switches take 85-140 ns; UALink targets <= 150 ns (REFERENCE.md s2)")
+                              reason="PCIe-class switches take 85-140 ns; UALink targets <= 150 ns "
+                                     "(docs/sources.md §Protocol standards)")
     arbitration: str = param("round_robin", unit="choice", choices=("round_robin", "fixed_priority"),
                              help="output arbitration among input ports' virtual output queues",
                              reason="round robin is starvation-free and what switch ASICs ship")
@@ -198,32 +204,35 @@ class TopologyConfig(_Section):
                       reason="the SD200-class host-domain 3D mesh is the reference system")
     switch_mesh_dims: str = param("2x2x2", unit="switches", help="sd200: 3D mesh of host-domain switches, XxYxZ "
                                   "(one fabric switch per host domain; host domains = X*Y*Z)",
-                                  reason="8 host domains (REFERENCE.md s1: 8x address space) joined in a 3D mesh "
-                                         "form a 2x2x2 cube")
+                                  reason="8 host domains (docs/sources.md §SD200 system: 8x address space) joined in "
+                                         "a 3D mesh form a 2x2x2 cube")
     accels_per_domain: int = param(8, unit="accelerators", lo=1, hi=64,
                                    help="accelerators per host domain (also per scale-out host)",
-                                   reason="8 OAM modules per host, as in 8-way servers; 8 x 8 = 64 (REFERENCE.md s1)")
+                                   reason="8 OAM modules per host, as in 8-way servers; 8 x 8 = 64 "
+                                          "(docs/sources.md §SD200 system)")
     ports_per_accel: int = param(2, unit="ports", lo=1, hi=16,
                                  help="sd200/scaleout: parallel ports from each accelerator to its domain switch",
                                  reason="2 x8 ports give 128 GB/s per direction and survive one failed port "
-                                        "(REFERENCE.md s1 fault pre-isolation); not published [E]")
+                                        "(docs/sources.md §SD200 system: fault pre-isolation); not published [E]")
     links_per_neighbor: int = param(2, unit="links", lo=1, hi=16,
                                     help="parallel links between neighbouring mesh switches (sd200) or "
                                          "neighbouring accelerators (accel_mesh/torus)",
                                     reason="2 links between neighbouring domain switches: 8x2 accelerator ports + "
                                            "6x2 mesh ports = 28 ports fit a 32-port x8 switch; not published [E]")
     mesh_dims: str = param("4x4x4", unit="accelerators", help="accel_mesh/accel_torus: accelerator mesh XxYxZ",
-                           reason="64 accelerators in a 4x4x4 mesh, the alternative reading of REFERENCE.md s1")
+                           reason="64 accelerators in a 4x4x4 mesh, the other reading of the SD200's 3D mesh "
+                                  "(docs/sources.md §SD200 system)")
     wrap: bool = param(False, unit="flag", help="accel_mesh: close every dimension of size >= 3 into a ring (torus); "
                                             "accel_torus always wraps",
-                       reason="the SD200 is described as a mesh, not a torus (REFERENCE.md s1)")
+                       reason="the SD200 is described as a mesh, not a torus (docs/sources.md §SD200 system)")
     accel_router_ns: float = param(100.0, unit="ns", lo=0, hi=1e7,
                                    help="accel_mesh/accel_torus: cost of crossing an accelerator's embedded router "
                                         "(its node_latency_ps; paid only where a packet is forwarded)",
                                    reason="an embedded router costs what a fabric switch pipeline does (100 ns)")
     accel_mem_gib: int = param(64, unit="GiB", lo=1, hi=1 << 20,
                                help="memory per accelerator = size of its window in the global address map",
-                               reason="up to 4 TB accelerator memory over 64 accelerators (REFERENCE.md s1)")
+                               reason="up to 4 TB accelerator memory over 64 accelerators "
+                                      "(docs/sources.md §SD200 system)")
     scaleout_hosts: int = param(8, unit="hosts", lo=1, hi=1024, help="scaleout_roce: number of 8-accelerator hosts",
                                 reason="64 accelerators, the same count as the SD200 it is compared with")
     nics_per_host: int = param(8, unit="NICs", lo=1, hi=64,
@@ -232,7 +241,8 @@ class TopologyConfig(_Section):
                                reason="8-GPU servers ship one 200/400G NIC per GPU (GPUDirect RDMA per rail)")
     nic_gbps: float = param(200.0, unit="Gb/s", lo=0, lo_open=True, hi=10000,
                             help="scaleout_roce: Ethernet rate of one NIC port and direction",
-                            reason="REFERENCE.md s4 measures 2 nodes over 200G RoCE")
+                            reason="the 2-node 200G RoCE measurement of docs/sources.md "
+                                   "§Communication measurements")
     nic_host_gbps: float = param(504.0, unit="Gb/s", lo=0, lo_open=True, hi=10000,
                                  help="scaleout_roce: accelerator-to-NIC (PCIe) data rate per direction",
                                  reason="PCIe 5 x16: 16 x 32 GT/s x 128/130 = 504 Gb/s")
@@ -240,13 +250,14 @@ class TopologyConfig(_Section):
                                   help="scaleout_roce: cost of crossing a RoCE NIC (doorbell, WQE fetch, PCIe DMA, "
                                        "completion), paid at the sending and at the receiving NIC",
                                   reason="2 x 1000 + 600 ns Ethernet switch ~ NCCL's 2.7 us network per-hop cost "
-                                         "(REFERENCE.md s4)")
+                                         "(docs/sources.md §Communication measurements)")
     eth_switch_latency_ns: float = param(600.0, unit="ns", lo=0, hi=1e8,
                                          help="scaleout_roce: port-to-port latency of the Ethernet switch",
                                          reason="Ethernet-class data-centre switch, 0.6-1 us port to port")
     eth_phy_latency_ns: float = param(120.0, unit="ns", lo=0, hi=1e8,
                                       help="scaleout_roce: PHY latency (tx + rx, PCS + RS-FEC) of an Ethernet link",
-                                      reason="PAM4 Ethernet needs RS-FEC: 37-115 ns receive (REFERENCE.md s2)")
+                                      reason="PAM4 Ethernet needs RS-FEC: 37-115 ns receive "
+                                             "(docs/sources.md §Protocol standards)")
     eth_cable_m: float = param(3.0, unit="m", lo=0, hi=1000, help="scaleout_roce: NIC-to-switch cable length",
                                reason="in-rack or adjacent-rack DAC/AOC")
 
@@ -256,7 +267,7 @@ class CollectivesConfig(_Section):
     """Collective library: algorithm selection and local-reduction cost."""
     policy: str = param("sd200", unit="choice", choices=("sd200", "oneshot", "twoshot", "ring", "halving_doubling"),
                         help="algorithm selection: size-tiered (sd200) or one fixed algorithm",
-                        reason="the SD200 library's size-tiered strategy (REFERENCE.md s1)")
+                        reason="the SD200 library's size-tiered strategy (docs/sources.md §SD200 library)")
     oneshot_max_bytes: int = param(8192, unit="B", lo=0, hi=1 << 40,
                                    help="sd200 policy: AllReduce of at most this many bytes uses one-shot",
                                    reason="[E] the SD200 text puts serving-size messages (the 14,336 B decode "
@@ -285,7 +296,7 @@ class CollectivesConfig(_Section):
                                     help="fixed cost of one local reduction (or local copy) step",
                                     reason="[E] HBM load latency plus a block-wide sync inside an already running "
                                            "collective kernel; below the ~0.95 us of a separate tiny kernel "
-                                           "(REFERENCE.md s3)")
+                                           "(docs/sources.md §H200 GEMV)")
     flag_bytes: int = param(8, unit="B", lo=1, hi=4096,
                             help="size of a synchronisation flag store",
                             reason="one 64-bit epoch counter written with a single store")
@@ -297,12 +308,12 @@ class CollectivesConfig(_Section):
     launch_ns: float = param(1000.0, unit="ns", lo=0, hi=1e9,
                              help="fixed start cost of a collective on each rank (kernel launch and prologue)",
                              reason="[E] ~0.95 us fixed cost of a tiny kernel on a current accelerator "
-                                    "(REFERENCE.md s3); set 6600 for an NCCL-like library (ring LL base latency, "
-                                    "REFERENCE.md s4)")
+                                    "(docs/sources.md §H200 GEMV); set 6600 for an NCCL-like library (ring LL base "
+                                    "latency, docs/sources.md §Communication measurements)")
     step_ns: float = param(100.0, unit="ns", lo=0, hi=1e9,
                            help="software cost per algorithm step on each rank: poll the step's flags, then issue",
                            reason="[E] a local flag poll in a persistent fused kernel; set 600 for an NCCL-like "
-                                  "library (NVLink LL per-hop 0.6 us, REFERENCE.md s4)")
+                                  "library (NVLink LL per-hop 0.6 us, docs/sources.md §Communication measurements)")
     entry_barrier: bool = param(False, unit="flag",
                                 help="before writing into a peer, wait for that peer's 'buffer free' flag",
                                 reason="the SD200 library double-buffers its scratch with epoch-tagged flags "
@@ -339,29 +350,6 @@ class FabricConfig:
             getattr(self, name).validate(name)
         _cross_check(self)
 
-    # --- derived quantities (computed, never set) ---
-    @property
-    def flit_payload_bytes(self) -> int:
-        return self.phy.flit_bytes - self.phy.flit_overhead_bytes
-
-    @property
-    def data_gbps(self) -> float:
-        """Raw data rate of one direction in Gb/s (lanes x lane rate x line code)."""
-        return self.phy.lanes * self.phy.lane_rate_gbps * self.phy.line_code_efficiency
-
-    def wire_bytes(self, payload_bytes: int) -> float:
-        """Bytes on the wire for one packet: header + payload packed into flits (packets may share flits)."""
-        return (payload_bytes + self.txn.header_bytes) * self.phy.flit_bytes / self.flit_payload_bytes
-
-    def payload_efficiency(self, payload_bytes: int | None = None) -> float:
-        """Payload bytes delivered per byte on the wire, from the framing alone."""
-        p = self.txn.max_payload_bytes if payload_bytes is None else payload_bytes
-        return p / self.wire_bytes(p)
-
-    def packet_flits(self, payload_bytes: int) -> int:
-        """Flit slots a packet occupies in a receive or replay buffer (its credit cost)."""
-        return -(-(payload_bytes + self.txn.header_bytes) // self.flit_payload_bytes)
-
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -378,7 +366,7 @@ def _cross_check(c: FabricConfig) -> None:
         raise ConfigError(f"phy.flit_overhead_bytes={c.phy.flit_overhead_bytes} must be smaller than "
                           f"phy.flit_bytes={c.phy.flit_bytes}")
     largest = max(c.txn.max_payload_bytes, c.txn.max_read_request_bytes)
-    need = c.packet_flits(largest)
+    need = packet_flits(c, largest)
     if need > c.link.credit_flits:
         raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits of buffer but link.credit_flits="
                           f"{c.link.credit_flits}; raise link.credit_flits to >= {need} or lower the payload")

@@ -28,10 +28,9 @@ import numpy as np
 from fabric import collectives
 from fabric.collectives.policy import collectives_config
 from fabric.errors import TraceError
+from fabric.phy import PS_PER_NS
 from fabric.taskgraph import COMPUTE, GraphBuilder, TaskGraph
-
-KIND_COMPUTE, KIND_COLLECTIVE, KIND_SEND, KIND_RECV = 0, 1, 2, 3
-COLL_NAMES = ("none", "allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
+from fabric.trace import COLL_NAMES, KIND_COLLECTIVE, KIND_COMPUTE, KIND_RECV, KIND_SEND
 
 
 def fragment_nbytes(kind: str, coll_bytes: int, n: int) -> int:
@@ -93,7 +92,7 @@ def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True
     if len(comp):
         dur = _cat(tables, "duration_ns", np.float64)[comp]
         nby = _cat(tables, "bytes", np.float64)[comp]
-        ids = b.add_tasks(COMPUTE, op_rank[comp], stream=stream[comp], duration_ps=np.rint(dur * 1000.0),
+        ids = b.add_tasks(COMPUTE, op_rank[comp], stream=stream[comp], duration_ps=np.rint(dur * PS_PER_NS),
                           nbytes=np.rint(nby), src_op=op_local[comp], count=len(comp))
         entry[comp] = ids
         exit_[comp] = ids
@@ -147,7 +146,7 @@ def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True
             for k in range(K):
                 row = mat[k]
                 kname = COLL_NAMES[int(ck[k, 0])] if 0 <= ck[k, 0] < len(COLL_NAMES) else "?"
-                if kname not in ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast"):
+                if kname not in collectives.KINDS or kname == "sendrecv":   # send/recv are ops of their own
                     raise TraceError(f"group {g}: rank {mem[0]} op {op_local[row[0]]} is a collective of unknown "
                                      f"kind {int(ck[k, 0])}")
                 nb = fragment_nbytes(kname, int(cb[k, 0]), n)

@@ -1,7 +1,8 @@
 """Facade over the packet kernel: config + topology + task graph -> Engine -> RunResult.
 
-Everything per packet and per event happens in the compiled kernel; this module only converts units (ns -> ps),
-hands arrays over, drives the run in slices (for progress and the watchdog) and collects the counters.
+Everything per packet and per event happens in the compiled kernel; this module only converts units (ns -> ps,
+through fabric.phy), hands arrays over, drives the run in slices (for progress and the watchdog) and collects the
+counters.
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import numpy as np
 from fabric._check_build import kernel
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError, SimulationError
+from fabric.phy import ps
 
+ENGINES = ("packet", "analytic")
 FAULTS = {"corrupt_flit": kernel.FAULT_CORRUPT_FLIT, "lose_ack": kernel.FAULT_LOSE_ACK,
           "lose_credit": kernel.FAULT_LOSE_CREDIT, "retrain": kernel.FAULT_RETRAIN}
 
@@ -36,10 +39,6 @@ def expected_csum(dst: int, src: int, total_B: int, max_payload_B: int) -> int:
     """What a transfer's receiver must have accumulated if every byte arrived once, at the right node."""
     return sum(content_sum(dst, src, off, min(max_payload_B, total_B - off))
                for off in range(0, total_B, max_payload_B)) & _M64
-
-
-def ps(ns: float) -> int:
-    return int(round(ns * 1000.0))
 
 
 def kernel_params(cfg: FabricConfig) -> dict:
@@ -85,22 +84,25 @@ class RunResult:
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
         slice_events: int = 2_000_000, raise_on_stuck: bool = True) -> RunResult:
-    """Execute a task graph on the fabric. faults: (kind name, channel, n, k) tuples (see FAULTS)."""
-    if engine not in ("packet", "analytic"):
-        raise ConfigError(f"unknown engine {engine!r}; use packet or analytic")
+    """Execute a task graph on the fabric. faults: (kind name, channel, n, k) tuples (see FAULTS); progress:
+    called after every slice of `slice_events` events with (events, now_ps, fraction of tasks done)."""
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
     topo_arrays = as_arrays(topo)
     need = 2 * int(topo_arrays["vc_levels"])
     if cfg.link.vcs < need:
         raise ConfigError(f"link.vcs={cfg.link.vcs} is too few for this routing: 2 traffic classes x "
                           f"{topo_arrays['vc_levels']} VC levels need link.vcs >= {need}")
-    eng = kernel.Engine(kernel_params(cfg), topo_arrays, as_arrays(graph), engine == "analytic")
+    graph_arrays = as_arrays(graph)
+    n_tasks = len(graph_arrays["kind"])
+    eng = kernel.Engine(kernel_params(cfg), topo_arrays, graph_arrays, engine == "analytic")
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
     t0 = time.perf_counter()
     while True:
         outcome = eng.run(max_events=slice_events)
         if progress is not None:
-            progress(eng.events, eng.now_ps, eng.totals()["tasks_left"])
+            progress(eng.events, eng.now_ps, 1.0 - eng.totals()["tasks_left"] / max(n_tasks, 1))
         if outcome != kernel.PAUSED:
             break
     wall = time.perf_counter() - t0

@@ -25,12 +25,13 @@ import numpy as np
 from fabric.errors import FabricError
 
 # ---------------------------------------------------------------- codes (import these, never hard-code)
-COMPUTE, TRANSFER, REDUCE, JOIN = 0, 1, 2, 3
 KIND_NAMES = ("compute", "transfer", "reduce", "join")
+COMPUTE, TRANSFER, REDUCE, JOIN = range(len(KIND_NAMES))
 STORE, LOAD = 0, 1
 # symbolic buffer tags (per collective instance and rank)
-BUF_NONE, BUF_IN, BUF_OUT, BUF_TMP = -1, 0, 1, 2
-BUF_NAMES = {BUF_IN: "in", BUF_OUT: "out", BUF_TMP: "tmp"}
+BUF_NAMES = dict(enumerate(("in", "out", "tmp")))
+BUF_NONE = -1
+BUF_IN, BUF_OUT, BUF_TMP = BUF_NAMES
 
 _TASK_COLUMNS = {  # name -> dtype, default
     "kind": (np.int8, 0), "rank": (np.int32, 0), "peer": (np.int32, -1), "stream": (np.int32, -1),
@@ -66,6 +67,12 @@ def transfer_graph(src, dst, nbytes, op=0) -> dict:
                 stream=np.full(n, -1, np.int32), nbytes=nbytes.astype(np.int64), duration_ps=np.zeros(n, np.int64),
                 op=op.astype(np.int8), coll=np.full(n, -1, np.int32), succ_ptr=np.zeros(n + 1, np.int64),
                 succ_idx=np.zeros(0, np.int32), n_deps=np.zeros(n, np.int32))
+
+
+def all_to_all_graph(n_ranks: int, nbytes: int) -> dict:
+    """Every ordered pair (src, dst), src != dst: one store of nbytes, no dependencies."""
+    src, dst = np.nonzero(~np.eye(n_ranks, dtype=bool))
+    return transfer_graph(src, dst, nbytes)
 
 
 @dataclass(frozen=True)
@@ -156,7 +163,7 @@ class TaskGraph:
 
     def describe(self, t: int) -> str:
         k = int(self.kind[t])
-        s = f"task {t} {KIND_NAMES[k] if 0 <= k < 4 else k} on rank {int(self.rank[t])}"
+        s = f"task {t} {KIND_NAMES[k] if 0 <= k < len(KIND_NAMES) else k} on rank {int(self.rank[t])}"
         if k == TRANSFER:
             verb = "store to" if self.op[t] == STORE else "load from"
             s += f" {verb} rank {int(self.peer[t])}, {int(self.nbytes[t])} B"

@@ -1,9 +1,9 @@
 """Fabric description: nodes, unidirectional channels and (after routing) candidate paths, as numpy arrays.
 
-`build(cfg)` is the one entry point: it picks the builder named by `topology.kind`, fills the per-channel PHY
-arrays from the [phy] section (or the Ethernet fields for scale-out NIC links), asks the fabric manager
-(`fabric.routing.route`) for the paths and proves them deadlock-free before returning. See docs/contracts.md for
-the array contract and docs/topology.md for every builder and preset.
+One builder per `topology.kind` (BUILDERS) lays out nodes and links and fills the per-channel PHY arrays from the
+[phy] section (or the Ethernet fields for scale-out NIC links); `fabric.network.build(cfg)` runs the builder and
+then the fabric manager (fabric.routing). See docs/contracts.md for the array contract and docs/topology.md for
+every builder and preset.
 
 Numbering: ranks (accelerators) are nodes 0..R-1; switches, NICs and other nodes follow. Channel 2k and 2k+1 are
 the two directions of link k.
@@ -16,6 +16,7 @@ import numpy as np
 
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
+from fabric.phy import GBps, data_gbps, link_latency_ps, ps, ps_per_byte
 
 ACCEL, SWITCH, NIC = 0, 1, 2
 KIND_NAMES = {ACCEL: "accelerator", SWITCH: "switch", NIC: "nic"}
@@ -96,14 +97,6 @@ class Topology:
         a, b = self.path_ptr[p], self.path_ptr[p + 1]
         return self.path_ch[a:b], self.path_vcl[a:b]
 
-    def path_latency_ps(self, chans) -> int:
-        """Zero-load head latency of a path: channel latencies + nodes crossed (not serialisation)."""
-        chans = np.asarray(chans)
-        return int(self.ch_latency_ps[chans].sum() + self.node_latency_ps[self.ch_dst[chans[:-1]]].sum())
-
-    def summary(self) -> dict:
-        return metrics(self)
-
 
 # ---------------------------------------------------------------- construction helper
 
@@ -112,11 +105,10 @@ class _Builder:
 
     def __init__(self, cfg: FabricConfig):
         self.cfg = cfg
-        p = cfg.phy
-        self.fabric_ps_per_byte = 8000.0 / (p.lanes * p.lane_rate_gbps * p.line_code_efficiency)
-        self.fabric_latency_ps = int(round(1000 * (p.tx_latency_ns + p.rx_latency_ns + p.cable_m * p.wire_ns_per_m)))
+        self.fabric_ps_per_byte = ps_per_byte(data_gbps(cfg))
+        self.fabric_latency_ps = link_latency_ps(cfg)
         self.names, self.kinds, self.domains, self.lat, self.fwd, self.coords = [], [], [], [], [], []
-        self.src, self.dst, self.ps, self.chlat, self.lane = [], [], [], [], []
+        self.src, self.dst, self.rates, self.chlat, self.lane = [], [], [], [], []
         self._pair_count: dict[tuple[int, int], int] = {}
 
     def node(self, name, kind, domain=-1, latency_ps=0, forwards=False, coord=(-1, -1, -1)) -> int:
@@ -129,7 +121,7 @@ class _Builder:
         return len(self.names) - 1
 
     def link(self, u: int, v: int, ps_per_byte: float | None = None, latency_ps: int | None = None) -> None:
-        ps = self.fabric_ps_per_byte if ps_per_byte is None else ps_per_byte
+        rate = self.fabric_ps_per_byte if ps_per_byte is None else ps_per_byte
         lat = self.fabric_latency_ps if latency_ps is None else latency_ps
         key = (min(u, v), max(u, v))
         k = self._pair_count.get(key, 0)
@@ -137,7 +129,7 @@ class _Builder:
         for a, b in ((u, v), (v, u)):
             self.src.append(a)
             self.dst.append(b)
-            self.ps.append(ps)
+            self.rates.append(rate)
             self.chlat.append(lat)
             self.lane.append(k)
 
@@ -149,7 +141,7 @@ class _Builder:
             node_kind=np.array(self.kinds, dtype=np.int8), node_domain=np.array(self.domains, dtype=np.int32),
             node_latency_ps=np.array(self.lat, dtype=np.int64),
             ch_src=np.array(self.src, dtype=np.int32), ch_dst=np.array(self.dst, dtype=np.int32), ch_rev=rev,
-            ch_ps_per_byte=np.array(self.ps, dtype=np.float64), ch_latency_ps=np.array(self.chlat, dtype=np.int64),
+            ch_ps_per_byte=np.array(self.rates, dtype=np.float64), ch_latency_ps=np.array(self.chlat, dtype=np.int64),
             ch_ber=np.full(c, self.cfg.phy.ber, dtype=np.float64),
             kind=kind, description=description, node_forwards=np.array(self.fwd, dtype=bool),
             node_coord=np.array(self.coords, dtype=np.int32).reshape(-1, 3),
@@ -199,7 +191,7 @@ def build_sd200(cfg: FabricConfig) -> Topology:
     b = _Builder(cfg)
     for r in range(R):
         b.node(f"acc{r}", ACCEL, domain=r // A, coord=_coord(r // A, dims))
-    sw_lat = int(round(cfg.switch.latency_ns * 1000))
+    sw_lat = ps(cfg.switch.latency_ns)
     sw = np.array([b.node(f"sw{d}", SWITCH, domain=d, latency_ps=sw_lat, forwards=True, coord=_coord(d, dims))
                    for d in range(n_dom)], dtype=np.int32)
     for r in range(R):
@@ -219,7 +211,7 @@ def build_accel_mesh(cfg: FabricConfig, torus: bool = False) -> Topology:
     wrap = tuple(bool(torus or t.wrap) and k >= 3 for k in dims)  # a ring of 2 would just double the link
     R = dims[0] * dims[1] * dims[2]
     b = _Builder(cfg)
-    lat = int(round(t.accel_router_ns * 1000))
+    lat = ps(t.accel_router_ns)
     for r in range(R):
         b.node(f"acc{r}", ACCEL, domain=r // t.accels_per_domain, latency_ps=lat, forwards=True,
                coord=_coord(r, dims))
@@ -243,24 +235,24 @@ def build_scaleout_roce(cfg: FabricConfig) -> Topology:
     b = _Builder(cfg)
     for r in range(R):
         b.node(f"acc{r}", ACCEL, domain=r // A)
-    sw_lat = int(round(cfg.switch.latency_ns * 1000))
+    sw_lat = ps(cfg.switch.latency_ns)
     hsw = [b.node(f"hsw{h}", SWITCH, domain=h, latency_ps=sw_lat, forwards=True) for h in range(H)]
-    nic_lat = int(round(t.nic_latency_ns * 1000))
+    nic_lat = ps(t.nic_latency_ns)
     nics = [b.node(f"nic{i}", NIC, domain=i // K, latency_ps=nic_lat, forwards=True) for i in range(H * K)]
-    eth = b.node("eth0", SWITCH, latency_ps=int(round(t.eth_switch_latency_ns * 1000)), forwards=True)
+    eth = b.node("eth0", SWITCH, latency_ps=ps(t.eth_switch_latency_ns), forwards=True)
     p = cfg.phy
-    pcie_lat = int(round(1000 * (p.tx_latency_ns + p.rx_latency_ns)))  # on-board PCIe trace, no cable
-    eth_lat = int(round(1000 * (t.eth_phy_latency_ns + t.eth_cable_m * p.wire_ns_per_m)))
+    pcie_lat = ps(p.tx_latency_ns + p.rx_latency_ns)  # on-board PCIe trace, no cable
+    eth_lat = ps(t.eth_phy_latency_ns + t.eth_cable_m * p.wire_ns_per_m)
     for r in range(R):
         for _ in range(N):
             b.link(r, hsw[r // A])
     for i, nic in enumerate(nics):
         h = i // K
         if K == A:   # one NIC per accelerator, attached to it directly (GPUDirect rail)
-            b.link(h * A + i % K, nic, 8000.0 / t.nic_host_gbps, pcie_lat)
+            b.link(h * A + i % K, nic, ps_per_byte(t.nic_host_gbps), pcie_lat)
         else:        # NICs shared by the host, reached through the in-host switch
-            b.link(hsw[h], nic, 8000.0 / t.nic_host_gbps, pcie_lat)
-        b.link(nic, eth, 8000.0 / t.nic_gbps, eth_lat)
+            b.link(hsw[h], nic, ps_per_byte(t.nic_host_gbps), pcie_lat)
+        b.link(nic, eth, ps_per_byte(t.nic_gbps), eth_lat)
     desc = (f"{H} hosts of {A} accelerators with an in-host switch; {K} x {t.nic_gbps:g}G RoCE NIC(s) per host; "
             f"one Ethernet switch")
     return b.freeze(f"scaleout-roce-{R}", R, "scaleout_roce", desc)
@@ -282,25 +274,6 @@ BUILDERS = {
     "scaleout_roce": build_scaleout_roce,
     "link": build_link,
 }
-
-
-def build(cfg: FabricConfig, *, routing: str = "auto", check: bool = True) -> Topology:
-    """Build the fabric named by cfg.topology.kind, route it and prove the routes deadlock-free.
-
-    `routing` selects the fabric manager's algorithm (see fabric.routing.route); `check=False` skips the
-    channel-dependency proof (for tests that inject a deliberately cyclic routing and check it themselves).
-    """
-    from fabric import routing as _routing
-    try:
-        builder = BUILDERS[cfg.topology.kind]
-    except KeyError:
-        raise ConfigError(f"topology.kind={cfg.topology.kind!r} has no builder; use one of "
-                          f"{', '.join(BUILDERS)}") from None
-    topo = builder(cfg)
-    _routing.route(topo, method=routing)
-    if check:
-        _routing.check_deadlock_free(topo)
-    return topo
 
 
 # ---------------------------------------------------------------- metrics (fabric-probe topology)
@@ -341,7 +314,7 @@ def bisection(topo: Topology) -> tuple[float, str]:
             side[topo.n_ranks // 2:topo.n_ranks] = True
             how = "ranks split in half"
     cross = ~side[topo.ch_src] & side[topo.ch_dst]
-    gbytes = float((1000.0 / topo.ch_ps_per_byte[cross]).sum())  # 1/ps_per_byte B/ps = 1000/x GB/s
+    gbytes = float(GBps(topo.ch_ps_per_byte[cross]).sum())
     return gbytes, how
 
 

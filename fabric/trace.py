@@ -26,11 +26,12 @@ SUPPORTED_SCHEMA_VERSIONS = (1, 1)  # inclusive range this reader understands
 FORMAT_NAME = "fabric-trace"
 
 # ---------------------------------------------------------------- code tables (import these, never hard-code)
-KIND_COMPUTE, KIND_COLLECTIVE, KIND_SEND, KIND_RECV = 0, 1, 2, 3
 KIND_NAMES = ("compute", "collective", "send", "recv")
+KIND_COMPUTE, KIND_COLLECTIVE, KIND_SEND, KIND_RECV = range(len(KIND_NAMES))
 
-COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_ALLTOALL, COLL_BROADCAST, COLL_SENDRECV = range(7)
 COLL_NAMES = ("none", "allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
+COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_ALLTOALL, COLL_BROADCAST, COLL_SENDRECV = \
+    range(len(COLL_NAMES))
 
 # column -> numpy dtype; order is the documented order
 COLUMNS: dict[str, np.dtype] = {
@@ -499,8 +500,8 @@ def _check_trace(trace: Trace, table_of_rank=None) -> list[str]:
                 j = int(diff[0])
                 problems.append(
                     f"group {gi}: collective #{j} disagrees: rank {r0} op {int(i0[j])} is "
-                    f"{COLL_NAMES[k0[j]] if 0 <= k0[j] < 7 else k0[j]} of {int(b0[j])} B, rank {r} op "
-                    f"{int(idx[j])} is {COLL_NAMES[k[j]] if 0 <= k[j] < 7 else k[j]} of {int(b[j])} B"
+                    f"{COLL_NAMES[k0[j]] if 0 <= k0[j] < len(COLL_NAMES) else k0[j]} of {int(b0[j])} B, rank {r} op "
+                    f"{int(idx[j])} is {COLL_NAMES[k[j]] if 0 <= k[j] < len(COLL_NAMES) else k[j]} of {int(b[j])} B"
                     + (f" ({len(diff)} positions differ)" if len(diff) > 1 else ""))
     # point to point: sends r->p match receives on p from r, in order and size
     for r, t in enumerate(trace.ops):
@@ -536,7 +537,8 @@ def _check_table(t: OpTable) -> list[str]:
         if len(getattr(t, c)) != n:
             return [f"column {c} has {len(getattr(t, c))} rows, op_id has {n}"]
     rows(t.op_id != np.arange(n), "op_id must equal the row index")
-    rows((t.kind < 0) | (t.kind > 3), "kind must be 0 compute, 1 collective, 2 send or 3 recv")
+    codes = [f"{k} {name}" for k, name in enumerate(KIND_NAMES)]
+    rows((t.kind < 0) | (t.kind >= len(KIND_NAMES)), f"kind must be {', '.join(codes[:-1])} or {codes[-1]}")
     for c in ("duration_ns", "flops", "bytes"):
         a = getattr(t, c)
         rows(~np.isfinite(a) | (a < 0), f"{c} must be finite and >= 0")
@@ -630,16 +632,10 @@ DEFAULT_TRACE = "deepseek-r1-decode-tp64.h5"
 
 
 def default_trace_path() -> Path:
-    """The shipped DeepSeek-R1 TP64 decode trace: the installed package copy first, then the source tree."""
+    """The shipped DeepSeek-R1 TP64 decode trace, package data (fabric/data/) so that an installed package has it."""
     from importlib import resources
-    try:
-        p = resources.files("fabric").joinpath("data", DEFAULT_TRACE)
-        if p.is_file():
-            return Path(str(p))
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-        pass
-    src = Path(__file__).resolve().parent.parent / "traces" / DEFAULT_TRACE
-    if src.is_file():
-        return src
-    raise TraceError(f"the shipped trace {DEFAULT_TRACE} is not installed; regenerate it with "
-                     f"`python tools/capture_traces.py`")
+    p = resources.files("fabric").joinpath("data", DEFAULT_TRACE)
+    if not p.is_file():
+        raise TraceError(f"the shipped trace {DEFAULT_TRACE} is not installed; regenerate it with "
+                         f"`python tools/capture_traces.py`")
+    return Path(str(p))

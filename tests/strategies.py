@@ -5,8 +5,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fabric.config import load_config
+from fabric.network import build
 from fabric.taskgraph import transfer_graph
-from fabric.topology import build
 
 
 @st.composite

@@ -8,7 +8,7 @@ from fabric.address import (GIB, HOST_BASE, STATUS_OK, STATUS_UR, AddressError, 
                             WindowTable, build_address_map, ingress_cost_ps)
 from fabric.config import load_config
 from fabric.errors import FabricError
-from fabric.topology import build
+from fabric.network import build
 
 CFG = load_config(preset="sd200")
 TOPO = build(CFG)

@@ -4,8 +4,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from fabric import bench
 from fabric.cli.bench import main
+from fabric.tools import bench
 
 
 def test_oneshot_message_scaling():

@@ -1,4 +1,5 @@
-"""Analytic capture: the serving-engine structure and figures of REFERENCE.md s3, chip profiles, plans, CLI."""
+"""Analytic capture: the serving-engine structure and figures of docs/sources.md §Decode step, chip profiles, plans,
+CLI."""
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ def _layer(tr, layer, rank=0):
     return {str(t.name[i]): i for i in sel}, t
 
 
-# ---------------------------------------------------------------- DeepSeek-R1 TP64 (REFERENCE.md s3)
+# ---------------------------------------------------- DeepSeek-R1 TP64 (docs/sources.md §Decode step)
 
 def test_deepseek_tp64_collectives(ds64):
     s = T.summary(ds64)
@@ -42,7 +43,7 @@ def test_deepseek_tp64_collectives(ds64):
                                 dict(kind="allreduce", bytes=14336, count_per_rank=[123] * 64)]
 
 
-# (op name in the trace, REFERENCE row: MFLOP, bytes)
+# (op name in the trace, docs/sources.md §Decode step row: MFLOP, bytes)
 MOE_ROWS = [("qkv_a_proj", 30.3, 30.3 * MB), ("q_b_proj", 1.18, 1.18 * MB), ("w_uk", 0.26, 0.26 * MB),
             ("attention", 17.8, 4.72 * MB), ("w_uv", 0.26, 0.26 * MB), ("o_proj", 3.67, 3.67 * MB),
             ("moe_gate", 3.67, 3.67 * MB), ("experts_gate_up", 7.34, 7.34 * MB), ("experts_down", 3.67, 3.67 * MB)]
@@ -90,9 +91,9 @@ def test_deepseek_per_token_totals(ds64):
 
 
 def test_deepseek_compute_split_is_plausible(ds64):
-    """REFERENCE.md s3 [E]: ~3-5 ms memory time + ~3-4 ms fixed kernel cost per token on a ~1.6 TB/s accelerator.
-    The fixed cost per kernel is calibrated on the published TPOT (docs/calibration.md: 4.4 us, 5.3 ms per token,
-    above that rough split); the memory time is a priori."""
+    """docs/sources.md §Decode step [E]: ~3-5 ms memory time + ~3-4 ms fixed kernel cost per token on a ~1.6 TB/s
+    accelerator. The fixed cost per kernel is calibrated on the published TPOT (docs/calibration.md: 4.4 us, 5.3 ms
+    per token, above that rough split); the memory time is a priori."""
     chip = load_chip("sd200-accelerator")
     t = ds64.ops[0]
     comp = t.kind == T.KIND_COMPUTE
@@ -244,11 +245,11 @@ def test_shipped_traces_valid_and_current():
     spec = importlib.util.spec_from_file_location("capture_traces", ROOT / "tools" / "capture_traces.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    for name, args in mod.TRACES.items():
-        shipped = T.read(ROOT / "traces" / name)
+    for path, args in mod.TRACES.items():
+        shipped = T.read(ROOT / path)
         fresh = capture(**args)
-        assert all(a.same_as(b) for a, b in zip(shipped.ops, fresh.ops)), name
-        assert name in (ROOT / "traces" / "README.md").read_text()
+        assert all(a.same_as(b) for a, b in zip(shipped.ops, fresh.ops)), path
+        assert Path(path).name in (ROOT / "traces" / "README.md").read_text()
 
 
 def test_cli_capture(tmp_path):

@@ -60,3 +60,18 @@ def test_params_lists_every_parameter_with_reason():
     r = run(["params"])
     assert r.exit_code == 0
     assert "phy.ber" in r.output and "reason:" in r.output
+
+
+def test_parsing_a_command_loads_no_kernel_and_its_choices_are_the_library_lists():
+    """Commands import the kernel only when they run, so --engine and --op repeat two lists; they must match."""
+    import subprocess
+    import sys
+
+    from fabric import sim
+    from fabric.cli.common import ENGINES
+    from fabric.cli.probe_collective import OPS
+    from fabric.tools.collective_probe import OPS as PROBE_OPS
+    assert ENGINES == sim.ENGINES and OPS == PROBE_OPS
+    code = ("import sys, fabric.cli.probe, fabric.cli.replay, fabric.cli.validate, fabric.cli.bench; "
+            "assert 'fabric._kernel.kernel' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -2,13 +2,18 @@
 import numpy as np
 import pytest
 
-from fabric import collectives
-from fabric.collectives import ALGORITHMS, cost_model, select
+import dataclasses
+
+from fabric import collectives, phy
+from fabric.collectives import ALGORITHMS, KINDS, cost_model, select
+from fabric.collectives.cost import MODELS
 from fabric.config import CollectivesConfig, load_config
 from fabric.errors import ConfigError
 from fabric.taskgraph import COMPUTE, REDUCE, TRANSFER
+from fabric.trace import COLL_NAMES
 
 CC = CollectivesConfig()
+BETA = phy.ps_per_byte(phy.data_gbps(load_config())) / phy.PS_PER_NS    # ns per byte of one sd200 link
 
 
 def test_sd200_policy_tiers():
@@ -72,11 +77,13 @@ def test_bytes_and_steps_match_cost_model(kind, alg, n, nbytes):
     if kind == "sendrecv":
         n = 2
     if alg == "halving_doubling" and kind != "allreduce" and n & (n - 1):
-        with pytest.raises(ValueError, match="power-of-two"):
+        with pytest.raises(ConfigError, match="power-of-two"):
             collectives.build(kind, alg, nbytes, n)
+        with pytest.raises(ConfigError, match="power-of-two"):
+            cost_model(kind, alg, nbytes, n, alpha_ns=700.0, beta_ns_per_byte=BETA)
         return
     frag = collectives.build(kind, alg, nbytes, n)
-    c = cost_model(kind, alg, nbytes, n, alpha_ns=700.0, beta_ns_per_byte=1 / 64)
+    c = cost_model(kind, alg, nbytes, n, alpha_ns=700.0, beta_ns_per_byte=BETA)
     data, length = data_transfers(frag)
     assert length.sum() == c.bytes_total  # exact: every algorithm moves exactly its textbook volume
     sent = np.bincount(frag.rank[data], weights=length, minlength=n)
@@ -85,7 +92,24 @@ def test_bytes_and_steps_match_cost_model(kind, alg, n, nbytes):
     # folded flags: every data transfer carries flag_bytes more than its payload, nothing else is sent
     assert (frag.task_nbytes[data] == length + CC.flag_bytes).all()
     assert data.sum() == (frag.task_kind == TRANSFER).sum()
-    assert c.time_ns == pytest.approx(c.alpha_count * 700.0 + c.bytes_max / 64)
+    assert c.time_ns == pytest.approx(c.alpha_count * 700.0 + c.bytes_max / 64)   # 64 GB/s links
+
+
+def test_one_list_of_kinds_and_algorithms():
+    """The registry is the list: the cost model covers exactly its algorithms, the trace format's collective
+    codes name its kinds, and the fixed policies are the AllReduce algorithms."""
+    assert set(MODELS) == set(CASES)
+    assert COLL_NAMES[1:] == KINDS
+    policy = {f.name: f for f in dataclasses.fields(CollectivesConfig)}["policy"]
+    assert policy.metadata["choices"] == ("sd200",) + ALGORITHMS["allreduce"]
+
+
+@pytest.mark.parametrize("kind, alg", [("allreduce", "magic"), ("allgather", "oneshot"), ("allmagic", "direct")])
+def test_unknown_algorithm_raises_everywhere(kind, alg):
+    with pytest.raises(ConfigError):
+        cost_model(kind, alg, 1024, 8, 1.0, 1.0)
+    with pytest.raises(ConfigError):
+        collectives.build(kind, alg, 1024, 8)
 
 
 def test_textbook_volumes_one_shot_vs_two_shot_vs_ring():

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 
 from fabric import sim
 from fabric._kernel import kernel
-from fabric.bench import all_to_all_graph
 from fabric.config import load_config
-from fabric.topology import build
+from fabric.network import build
+from fabric.taskgraph import all_to_all_graph
 
 from strategies import fabric_case
 

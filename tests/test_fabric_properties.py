@@ -4,8 +4,8 @@ from hypothesis import given, settings
 
 from fabric import sim
 from fabric.config import load_config
+from fabric.network import build
 from fabric.taskgraph import transfer_graph
-from fabric.topology import build
 
 from strategies import fabric_case
 
@@ -74,7 +74,7 @@ def test_stores_and_loads_addressed_through_shadow_windows_land_in_the_right_mem
 
 
 def test_out_of_window_access_completes_as_unsupported_request():
-    from fabric.latencyprobe import probe_latency
+    from fabric.tools.latency_probe import probe_latency
     r = probe_latency(load_config(preset="sd200"), 0, addr=0x100000000, nbytes=64)
     assert r["status"] == "UR" and "Unsupported Request" in r["error"] and r["latency_ns"] > 0
     ok = probe_latency(load_config(preset="sd200"), 0, addr=0x13F000000100, nbytes=64)
@@ -84,13 +84,12 @@ def test_out_of_window_access_completes_as_unsupported_request():
 def test_preventive_flow_control_holds_stores_to_the_granted_window():
     """With a window of 4 packets a long store waits for grants (throughput ~ window / grant round trip), and
     still delivers every byte once; with the default window the same store never waits."""
-    from fabric.linkprobe import single_transfer_graph
     base = {"txn.max_payload_bytes": 1024, "txn.max_read_request_bytes": 1024}
     runs = {}
     for window in (4096, 131072):
         cfg = load_config(preset="sd200", overrides={**base, "endpoint.e2e_window_bytes": window})
         topo = build(cfg)
-        graph = single_transfer_graph(0, 63, 1024 * 200)
+        graph = transfer_graph(0, 63, 1024 * 200)
         r = sim.run(cfg, topo, graph)
         check_delivery(cfg, topo, graph, r)
         runs[window] = r

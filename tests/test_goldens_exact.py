@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from fabric import collectives, sim
-from fabric.bench import all_to_all_graph
 from fabric.config import load_config, with_overrides
-from fabric.taskgraph import COMPUTE, GraphBuilder, transfer_graph
-from fabric.topology import build
+from fabric.network import build
+from fabric.taskgraph import COMPUTE, GraphBuilder, all_to_all_graph, transfer_graph
 
 
 def summary(res: sim.RunResult) -> dict:

@@ -3,8 +3,9 @@ import math
 
 import pytest
 
+from fabric import phy
 from fabric.config import load_config
-from fabric.linkprobe import probe_link
+from fabric.tools.link_probe import probe_link
 
 
 def test_measured_efficiency_matches_framing_at_ber_zero():
@@ -19,9 +20,9 @@ def test_measured_efficiency_matches_framing_at_ber_zero():
 def test_efficiency_model_is_computed_from_framing():
     cfg = load_config()
     p, h, f, o = 4096, cfg.txn.header_bytes, cfg.phy.flit_bytes, cfg.phy.flit_overhead_bytes
-    assert cfg.payload_efficiency() == pytest.approx(p / (p + h) * (f - o) / f)
+    assert phy.payload_efficiency(cfg) == pytest.approx(p / (p + h) * (f - o) / f)
     small = load_config(overrides={"txn.header_bytes": 64})
-    assert small.payload_efficiency() < cfg.payload_efficiency()
+    assert phy.payload_efficiency(small) < phy.payload_efficiency(cfg)
 
 
 @pytest.mark.parametrize("ber", [1e-6, 1e-5])
@@ -29,7 +30,7 @@ def test_corrupted_flits_follow_the_binomial_expectation(ber):
     """Errored flits ~ Binomial(flits sent, p_flit); the count must lie within 5 standard deviations."""
     cfg = load_config(overrides={"phy.ber": ber, "sim.seed": 7})
     r = probe_link(cfg, payload_bytes=1024, packets=4000)
-    flits_sent = r["_result"].counters["tlp_B"][0] / cfg.flit_payload_bytes
+    flits_sent = r["_result"].counters["tlp_B"][0] / phy.flit_payload_bytes(cfg)
     p = -math.expm1(8 * cfg.phy.flit_bytes * math.log1p(-ber))
     mean, sd = flits_sent * p, math.sqrt(flits_sent * p * (1 - p))
     data_dir = r["_result"].counters["flits_corrupted"][0]

@@ -4,10 +4,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fabric import sim
+from fabric import phy, sim
 from fabric._check_build import kernel
 from fabric.config import load_config
-from fabric.linkprobe import single_transfer_graph, two_node_topology
+from fabric.taskgraph import transfer_graph
+from fabric.tools.link_probe import two_node_topology
 from strategies import link_configs, link_faults, link_traffic
 
 
@@ -16,9 +17,9 @@ def time_bound_ps(cfg, graph, faults, result):
     round trip (stop-and-wait, as with a one-packet window), plus every recovery at its worst cost."""
     packets = (-(-graph["nbytes"] // cfg.txn.max_payload_bytes) * (1 + graph["op"])).sum()
     one_way_ns = cfg.phy.tx_latency_ns + cfg.phy.rx_latency_ns + cfg.phy.cable_m * cfg.phy.wire_ns_per_m
-    round_trip_ns = 2 * (one_way_ns + cfg.phy.flit_bytes * 8 / cfg.data_gbps) + cfg.link.ack_timer_ns \
+    round_trip_ns = 2 * (one_way_ns + cfg.phy.flit_bytes * 8 / phy.data_gbps(cfg)) + cfg.link.ack_timer_ns \
         + cfg.link.credit_update_ns
-    wire_ps = (graph["nbytes"].sum() * 2 + 64 * packets) * 8000 / cfg.data_gbps * 1.1 \
+    wire_ps = (graph["nbytes"].sum() * 2 + 64 * packets) * 8000 / phy.data_gbps(cfg) * 1.1 \
         + packets * round_trip_ns * 1000
     recoveries = len(faults) + result.counters["flits_corrupted"].sum() + result.counters["ctrl_lost"].sum() + 1
     per_recovery = (cfg.link.replay_timer_ns * (cfg.link.replay_limit + 1) + cfg.link.retrain_ns
@@ -62,7 +63,7 @@ def test_error_free_link_never_replays(cfg, graph):
 def test_each_fault_kind_is_exercised_and_recovered():
     cfg = load_config(overrides={"txn.max_payload_bytes": 256, "txn.max_read_request_bytes": 256})
     topo = two_node_topology(cfg)
-    graph = single_transfer_graph(0, 1, 256 * 400)
+    graph = transfer_graph(0, 1, 256 * 400)
     cases = {
         "corrupt_flit": ([("corrupt_flit", 0, 10, 1)], "naks"),
         "burst": ([("corrupt_flit", 0, 20, 6)], "naks"),
@@ -78,7 +79,7 @@ def test_each_fault_kind_is_exercised_and_recovered():
 
 def test_lost_nak_is_recovered_by_the_replay_timer():
     cfg = load_config(overrides={"txn.max_payload_bytes": 256, "link.ack_every_packets": 1000})
-    graph = single_transfer_graph(0, 1, 256 * 50)
+    graph = transfer_graph(0, 1, 256 * 50)
     # flit 5 corrupted -> the receiver's Nak is the first Ack/Nak message it sends; lose it
     r = sim.run(cfg, two_node_topology(cfg), graph, faults=[("corrupt_flit", 0, 5, 1), ("lose_ack", 0, 1, 1)])
     check_clean_end(cfg, graph, r)
@@ -87,7 +88,7 @@ def test_lost_nak_is_recovered_by_the_replay_timer():
 
 def test_replay_limit_forces_a_retrain():
     cfg = load_config(overrides={"txn.max_payload_bytes": 256, "link.replay_limit": 2})
-    graph = single_transfer_graph(0, 1, 256 * 40)
+    graph = transfer_graph(0, 1, 256 * 40)
     # a long burst: every replay pass is corrupted again until the limit retrains the link
     faults = [("corrupt_flit", 0, 4, 400)]
     r = sim.run(cfg, two_node_topology(cfg), graph, faults=faults)
@@ -97,7 +98,7 @@ def test_replay_limit_forces_a_retrain():
 
 def test_tiny_sequence_space_wraps_many_times():
     cfg = load_config(overrides={"txn.max_payload_bytes": 64, "link.seq_bits": 2, "phy.ber": 1e-5})
-    graph = single_transfer_graph(0, 1, 64 * 500)
+    graph = transfer_graph(0, 1, 64 * 500)
     r = sim.run(cfg, two_node_topology(cfg), graph)
     check_clean_end(cfg, graph, r)
     assert r.counters["packets"][0] == 500 and r.counters["replays"][0] > 0

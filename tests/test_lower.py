@@ -207,10 +207,7 @@ def test_real_toy_trace_is_lowered_correctly():
 
 def test_real_deepseek_tp64_trace():
     trace_mod = pytest.importorskip("fabric.trace")
-    path = TRACES / "deepseek-r1-decode-tp64.h5"
-    if not path.exists():
-        pytest.skip("traces/deepseek-r1-decode-tp64.h5 not present")
-    tr = trace_mod.read(path)
+    tr = trace_mod.read(trace_mod.default_trace_path())
     g = lower(tr, validate=True)
     ar = [m for m in g.coll_meta if m.kind == "allreduce"]
     assert len(ar) == 123 and {(m.algorithm, m.nbytes, len(m.ranks)) for m in ar} == {("twoshot", 14336, 64)}

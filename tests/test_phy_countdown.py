@@ -10,11 +10,10 @@ a bound one byte off shows.
 import numpy as np
 from hypothesis import given, settings
 
-from fabric.bench import all_to_all_graph
 from fabric.config import load_config
-from fabric.linkprobe import two_node_topology
-from fabric.taskgraph import transfer_graph
-from fabric.topology import build
+from fabric.network import build
+from fabric.taskgraph import all_to_all_graph, transfer_graph
+from fabric.tools.link_probe import two_node_topology
 
 from strategies import fabric_case, link_configs, link_faults, link_traffic
 from test_event_queue import assert_same, run_engine

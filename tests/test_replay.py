@@ -8,9 +8,9 @@ from click.testing import CliRunner
 from fabric import collectives, sim
 from fabric.cli.replay import main as replay_cli
 from fabric.config import load_config
+from fabric.network import build
 from fabric.replay import replay
 from fabric.taskgraph import GraphBuilder
-from fabric.topology import build
 
 TOY = "traces/toy-mla-tp8.h5"
 
@@ -40,7 +40,7 @@ def test_step_is_compute_plus_exposed_comm_on_the_critical_path(toy_reports):
 def test_collective_overheads_count_as_communication_on_the_critical_path():
     """compute 10 us -> AllReduce (1 us launch, transfers, reduce) -> compute 10 us on two ranks: the critical path
     holds exactly 20 us of model compute; the collective, launch included, is exposed communication."""
-    from fabric.replay import critical_path
+    from fabric.report import critical_path
     from fabric.taskgraph import COMPUTE
     cfg = load_config(preset="sd200", overrides={"collectives.launch_ns": 1000.0})
     b = GraphBuilder(2)

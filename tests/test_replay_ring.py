@@ -8,9 +8,9 @@ give identical task times, counters, link state, transfers and event counts.
 """
 from hypothesis import given, settings
 
-from fabric.bench import all_to_all_graph
 from fabric.config import load_config
-from fabric.topology import build
+from fabric.network import build
+from fabric.taskgraph import all_to_all_graph
 
 from strategies import fabric_case
 from test_event_queue import assert_same, run_engine

@@ -6,11 +6,11 @@ import pytest
 
 from fabric import routing
 from fabric._kernel import kernel
-from fabric.sim import as_arrays, kernel_params
-from fabric.taskgraph import transfer_graph
 from fabric.config import load_config, preset_names
 from fabric.errors import RoutingError
-from fabric.topology import build
+from fabric.network import build
+from fabric.sim import as_arrays, kernel_params
+from fabric.taskgraph import transfer_graph
 
 _CACHE = {}
 SMALL = [p for p in preset_names() if p not in ("sd200-512", "sd200-1024")]

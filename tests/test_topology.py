@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fabric import phy
 from fabric.config import load_config, preset_names
 from fabric.errors import ConfigError
-from fabric.topology import ACCEL, NIC, SWITCH, build, hop_matrix, metrics
+from fabric.network import build
+from fabric.topology import ACCEL, NIC, SWITCH, hop_matrix, metrics
 
 _CACHE = {}
 
@@ -103,7 +105,7 @@ def test_scaleout_per_channel_rates_and_node_latencies():
     accel_nic = (t.ch_src < 64) & np.isin(t.ch_dst, nic)
     assert accel_nic.sum() == 64 and np.allclose(t.ch_ps_per_byte[accel_nic], 8000 / 504)
     accel_sw = (t.ch_src < 64) & (t.node_kind[t.ch_dst] == SWITCH)
-    assert np.allclose(t.ch_ps_per_byte[accel_sw], 8000 / cfg.data_gbps)
+    assert np.allclose(t.ch_ps_per_byte[accel_sw], 8000 / phy.data_gbps(cfg))
     assert (t.node_latency_ps[nic] == 1_000_000).all() and t.node_latency_ps[eth] == 600_000
     # cross-host: acc -> its NIC -> eth -> NIC -> acc; same host: acc -> in-host switch -> acc
     assert [t.node_names[t.ch_dst[c]] for c in t.paths(0, 9)[0]] == ["nic0", "eth0", "nic9", "acc9"]

@@ -63,11 +63,14 @@ def test_replicated_ranks_share_one_table(tmp_path):
         assert f["ops/table_of_rank"][()].tolist() == [0] * 8
 
 
-def test_default_trace_path_prefers_package_copy():
+def test_default_trace_is_the_one_shipped_package_data():
+    import tomllib
     p = T.default_trace_path()
     assert p.is_file() and p.name == "deepseek-r1-decode-tp64.h5"
-    assert p.parent.name == "data" and p.parent.parent.name == "fabric"
-    assert p.read_bytes() == (ROOT / "traces" / p.name).read_bytes()
+    assert p.parent == ROOT / "fabric" / "data"
+    assert not (ROOT / "traces" / p.name).exists()          # one copy
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "data/*.h5" in pyproject["tool"]["setuptools"]["package-data"]["fabric"]   # a wheel ships it
 
 
 def test_write_refuses_invalid_trace(tmp_path):
@@ -216,7 +219,7 @@ def test_unsigned_files_are_read_and_truncations_refused(tmp_path):
 def test_cli_info_json(tmp_path):
     from fabric.cli.trace import main
     out = tmp_path / "info.json"
-    res = CliRunner().invoke(main, ["info", str(ROOT / "traces" / "deepseek-r1-decode-tp64.h5"), "--json", str(out)])
+    res = CliRunner().invoke(main, ["info", str(T.default_trace_path()), "--json", str(out)])
     assert res.exit_code == 0, res.output
     assert "allreduce" in res.output and "14,336 B" in res.output and "64 ranks" in res.output
     s = json.loads(out.read_text())

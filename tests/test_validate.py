@@ -1,4 +1,4 @@
-"""Golden values of the validated figures (fabric/validate.py, docs/calibration.md): they must not drift.
+"""Golden values of the validated figures (fabric/tools/validate.py, docs/calibration.md): they must not drift.
 
 Fast cases only: the analytic engine for TPOT, single collectives and probes on the packet engine."""
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from fabric import validate as V
-from fabric.collective_probe import bus_factor, probe_collective, sizes
 from fabric.config import load_config
+from fabric.tools import validate as V
+from fabric.tools.collective_probe import bus_factor, probe_collective, sizes
 
 REL = 0.03   # golden tolerance: a behaviour-preserving kernel change stays well inside it
 

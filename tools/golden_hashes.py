@@ -19,10 +19,10 @@ import numpy as np
 
 from fabric import sim
 from fabric._check_build import kernel
-from fabric.bench import all_to_all_graph
 from fabric.config import load_config, with_overrides
-from fabric.taskgraph import LOAD, transfer_graph
-from fabric.topology import build
+from fabric.network import build
+from fabric.taskgraph import LOAD, all_to_all_graph, transfer_graph
+from fabric.trace import default_trace_path
 
 SMALL = {"txn.max_payload_bytes": 256, "txn.max_read_request_bytes": 256}
 
@@ -97,7 +97,7 @@ CASES = {
     "toy-step": lambda: _replay("traces/toy-mla-tp8.h5"),
     "llama-step": lambda: _replay("traces/llama-3-70b-decode-tp8.h5"),
 }
-DECODE = {"decode-sd200": lambda: _replay("traces/deepseek-r1-decode-tp64.h5")}
+DECODE = {"decode-sd200": lambda: _replay(default_trace_path())}
 
 
 @click.command()

@@ -1,13 +1,19 @@
-"""What every command shares: one-line errors with exit code 2, --set parsing, JSON output."""
+"""What every command shares: one-line errors with exit code 2, the configuration options (--preset, --config,
+--set, --seed), --engine, --json output and the progress bar."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
+import time
 
 import click
 
+from fabric.config import FabricConfig, load_config, parse_set
 from fabric.errors import FabricError
+
+ENGINES = ("packet", "analytic")   # fabric.sim.ENGINES, repeated so that no command loads the kernel to parse
 
 
 def friendly(fn):
@@ -56,6 +62,67 @@ class Command(_OneLine, click.Command):
 
 class Group(_OneLine, click.Group):
     command_class = Command
+
+
+def config_options(preset: str | None = "sd200"):
+    """--preset/-p, --config, --set and --seed, declared once for every command that builds a fabric; the command
+    receives preset, config_file, sets and seed and turns them into a config with `load`."""
+    default = "" if preset else "; default: the built-in defaults (those of sd200)"
+    options = (
+        click.option("--preset", "-p", default=preset, show_default=preset is not None,
+                     help=f"fabric preset, one of fabric/presets/ (fabric-probe topology describes it){default}"),
+        click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+                     help="TOML file of parameter overrides, applied after the preset"),
+        click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
+                     help="override one parameter, after --config (repeatable; fabric-probe params lists them)"),
+        click.option("--seed", type=int, default=None, help="seed of every random stream [default: sim.seed]"),
+    )
+
+    def decorate(fn):
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
+def load(preset, config_file, sets, seed, overrides: dict | None = None) -> FabricConfig:
+    """The config the options of `config_options` describe; `overrides` (a command's own options) apply after
+    --set, and --seed last."""
+    merged = {**parse_set(sets), **(overrides or {})}
+    if seed is not None:
+        merged["sim.seed"] = seed
+    return load_config(preset=preset, config_file=config_file, overrides=merged)
+
+
+def json_option(help: str = "write the results as JSON"):
+    return click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+                        help=help)
+
+
+def engine_option(help: str = "packet: the packet kernel; analytic: alpha-beta over the same routes"):
+    return click.option("--engine", type=click.Choice(ENGINES), default="packet", show_default=True, help=help)
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool = True):
+    """A progress callback for fabric.sim.run that draws a bar on stderr once a run has taken a second, or None
+    when disabled or stderr is not a terminal; ends the bar's line on exit."""
+    t0 = time.perf_counter()
+    shown = False
+
+    def show(events, now_ps, done):
+        nonlocal shown
+        if time.perf_counter() - t0 < 1.0:
+            return
+        sys.stderr.write(f"\r[{'#' * int(30 * done):<30s}] {100 * done:5.1f}% tasks  {now_ps / 1e6:9.1f} us simulated  "
+                         f"{events / 1e6:7.1f} M events")
+        sys.stderr.flush()
+        shown = True
+    try:
+        yield show if enabled and sys.stderr.isatty() else None
+    finally:
+        if shown:
+            sys.stderr.write("\n")
 
 
 def check_writable(path: str | None, what: str = "--json") -> None:

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import Group, check_writable, friendly, write_json
-from fabric.config import describe, load_config, parse_set
+from fabric.cli.common import Group, check_writable, config_options, friendly, json_option, load, write_json
+from fabric.cli.probe_collective import collective_cmd
+from fabric.cli.probe_topology import topology_cmd
+from fabric.config import describe
 
 
 @click.group(cls=Group, help="Measure one piece of the fabric: a link, the topology, a latency, a collective.")
@@ -12,23 +14,22 @@ def main():
     pass
 
 
+main.add_command(topology_cmd, "topology")
+main.add_command(collective_cmd, "collective")
+
+
 @main.command("link", help="Simulate a saturated link and report payload efficiency and data-link counters.")
-@click.option("--payload-bytes", type=int, default=None, help="payload per packet in B [default: txn.max_payload_bytes]")
+@click.option("--payload-bytes", type=int, default=None,
+              help="payload per packet in B [default: txn.max_payload_bytes]")
 @click.option("--ber", type=float, default=None, help="bit error rate [default: phy.ber = 1e-12]")
 @click.option("--packets", type=int, default=20000, show_default=True, help="packets to send")
-@click.option("--seed", type=int, default=None, help="seed of the per-link RNGs [default: sim.seed]")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a parameter (repeatable)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="write results as JSON")
+@config_options(preset=None)
+@json_option()
 @friendly
-def link(payload_bytes, ber, packets, seed, sets, json_path):
+def link(payload_bytes, ber, packets, preset, config_file, sets, seed, json_path):
     check_writable(json_path)
-    from fabric.linkprobe import probe_link
-    overrides = parse_set(sets)
-    if ber is not None:
-        overrides["phy.ber"] = ber
-    if seed is not None:
-        overrides["sim.seed"] = seed
-    cfg = load_config(preset=None, overrides=overrides)
+    from fabric.tools.link_probe import probe_link
+    cfg = load(preset, config_file, sets, seed, {} if ber is None else {"phy.ber": ber})
     r = probe_link(cfg, payload_bytes, packets)
     r.pop("_result")
     click.echo(f"link probe: {r['packets']} x {r['payload_bytes']} B at BER {r['ber']:g} "
@@ -55,33 +56,21 @@ def params():
         click.echo(f"{'':32s} reason: {row['reason']}")
 
 
-def _register():
-    from fabric.cli.probe_collective import collective_cmd
-    from fabric.cli.probe_topology import topology_cmd
-    main.add_command(topology_cmd, "topology")
-    main.add_command(collective_cmd, "collective")
-
-
-_register()
-
-
 @main.command("latency", help="Latency of one store or load between two accelerators on an idle fabric.")
-@click.option("--preset", default="sd200", show_default=True, help="fabric preset (see fabric-probe topology)")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of overrides")
 @click.option("--src", type=int, required=True, help="source accelerator (rank)")
 @click.option("--dst", type=int, default=None, help="destination accelerator (rank)")
 @click.option("--addr", type=str, default=None,
               help="instead of --dst: a host address (e.g. 0x100000000000) in the source's host domain")
 @click.option("--op", type=click.Choice(["store", "load"]), default="store", show_default=True)
 @click.option("--bytes", "nbytes", type=int, default=64, show_default=True, help="bytes moved")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a parameter (repeatable)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="write results as JSON")
+@config_options()
+@json_option()
 @friendly
-def latency(preset, config_file, src, dst, addr, op, nbytes, sets, json_path):
+def latency(src, dst, addr, op, nbytes, preset, config_file, sets, seed, json_path):
     check_writable(json_path)
     from fabric.errors import ConfigError
-    from fabric.latencyprobe import probe_latency
-    cfg = load_config(preset=preset, config_file=config_file, overrides=parse_set(sets))
+    from fabric.tools.latency_probe import probe_latency
+    cfg = load(preset, config_file, sets, seed)
     try:
         address = None if addr is None else int(addr, 0)
     except ValueError:

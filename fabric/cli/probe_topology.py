@@ -3,29 +3,25 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import Command, check_writable, friendly, write_json
-from fabric.config import load_config, parse_set
+from fabric.cli.common import Command, check_writable, config_options, friendly, json_option, load, write_json
 
 
 @click.command("topology", cls=Command)
-@click.option("--preset", "-p", default=None, help="preset name (see fabric/presets/); default: the built-in sd200")
-@click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
-              help="TOML file applied after the preset")
-@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE", help="override one parameter (repeatable)")
-@click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="also write the figures here")
+@config_options(preset=None)
+@json_option("also write the figures here")
 @friendly
-def topology_cmd(preset, config_file, sets, json_path):
-    check_writable(json_path)
+def topology_cmd(preset, config_file, sets, seed, json_path):
     """Nodes, links, diameter (hops between ranks), average hops and bisection bandwidth of a fabric.
 
     Hops count channels on the routed path between two ranks (accelerator -> switch -> ... -> accelerator).
     Bisection bandwidth: summed one-direction data rate of the channels crossing a balanced cut of the ranks (the
     router mesh halved across its longest dimension, otherwise the host domains halved).
     """
-    from fabric.topology import build, metrics
+    check_writable(json_path)
+    from fabric.network import build
+    from fabric.topology import metrics
 
-    cfg = load_config(preset=preset, config_file=config_file, overrides=parse_set(sets))
-    topo = build(cfg)
+    topo = build(load(preset, config_file, sets, seed))
     m = metrics(topo)
     m["preset"] = preset
     click.echo(f"{m['name']}: {m['description']}")

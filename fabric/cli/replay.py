@@ -3,13 +3,23 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import Command, check_writable, friendly, write_json
-from fabric.config import load_config, parse_set
+from fabric.cli.common import (
+    Command,
+    check_writable,
+    config_options,
+    engine_option,
+    friendly,
+    json_option,
+    load,
+    progress_bar,
+    write_json,
+)
 
 
 def render(r: dict) -> str:
     lines = [
-        f"{r['model']} on {r['preset']} ({r['ranks']} ranks, batch {r['batch']}), {r['engine']} engine, seed {r['seed']}",
+        f"{r['model']} on {r['preset']} ({r['ranks']} ranks, batch {r['batch']}), {r['engine']} engine, "
+        f"seed {r['seed']}",
         f"  TPOT                 {r['tpot_us']:10.1f} us   ({r['tokens_per_s']:.1f} tokens/s)",
         f"  step time            {r['step_time_us']:10.1f} us",
         f"  compute              {r['compute_us']:10.1f} us   (critical path)",
@@ -32,25 +42,20 @@ def render(r: dict) -> str:
     return "\n".join(lines)
 
 
-@click.command(cls=Command, help="Replay an HDF5 op trace of one decode step on a fabric and report time per output token. "
-                    "With no TRACE, replays the shipped DeepSeek-R1 TP64 trace on sd200.")
+@click.command(cls=Command, help="Replay an HDF5 op trace of one decode step on a fabric and report time per output "
+                                 "token. With no TRACE, replays the shipped DeepSeek-R1 TP64 trace on sd200.")
 @click.argument("trace", required=False, type=click.Path(dir_okay=False))
-@click.option("--preset", default="sd200", show_default=True, help="fabric preset (fabric-probe topology lists them)")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of parameter overrides")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a parameter (repeatable)")
-@click.option("--engine", type=click.Choice(["packet", "analytic"]), default="packet", show_default=True)
-@click.option("--seed", type=int, default=None, help="seed of every random stream [default: sim.seed]")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="write the report as JSON")
+@config_options()
+@engine_option()
+@json_option("write the report as JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar, print only the TPOT line")
 @friendly
-def main(trace, preset, config_file, sets, engine, seed, json_path, quiet):
+def main(trace, preset, config_file, sets, seed, engine, json_path, quiet):
     check_writable(json_path)
     from fabric.replay import replay
-    overrides = parse_set(sets)
-    if seed is not None:
-        overrides["sim.seed"] = seed
-    cfg = load_config(preset=preset, config_file=config_file, overrides=overrides)
-    r = replay(trace, cfg, engine=engine, preset=preset, quiet=quiet)
+    cfg = load(preset, config_file, sets, seed)
+    with progress_bar(not quiet) as progress:
+        r = replay(trace, cfg, engine=engine, preset=preset, progress=progress)
     if quiet:
         click.echo(f"TPOT {r['tpot_us']:.1f} us ({r['tokens_per_s']:.1f} tokens/s)")
     else:

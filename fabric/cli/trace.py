@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from fabric.cli.common import Group, friendly, write_json
+from fabric.cli.common import Group, check_writable, friendly, json_option, write_json
 
 
 @click.group(cls=Group, help="Inspect and validate fabric trace files (HDF5, format v1).")
@@ -19,10 +19,10 @@ def _fmt_bytes(n: int) -> str:
 
 @main.command(help="Print ranks, ops by kind, collectives by kind and size, and compute time per rank.")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="also write the summary as JSON to this file")
+@json_option("also write the summary as JSON to this file")
 @friendly
-def info(file, json_out):
+def info(file, json_path):
+    check_writable(json_path)
     from fabric import trace as T
     tr = T.read(file)
     s = T.summary(tr)
@@ -43,7 +43,7 @@ def info(file, json_out):
         click.echo(f"  {c['kind']:<15} {_fmt_bytes(c['bytes']):>16}  {min(cnt):>5} / {max(cnt)}")
     us = s["compute_us_per_rank"]
     click.echo(f"compute time per rank: min {min(us):.1f} us, mean {sum(us) / len(us):.1f} us, max {max(us):.1f} us")
-    write_json(json_out, s)
+    write_json(json_path, s)
 
 
 @main.command(help="Check a trace file; exit 1 listing every problem, 0 if it is valid.")

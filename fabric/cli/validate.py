@@ -1,25 +1,25 @@
-"""`fabric-validate`: the published SD200 figures against the emulator (fabric/validate.py, docs/calibration.md)."""
+"""`fabric-validate`: the published SD200 figures against the emulator (fabric/tools/validate.py,
+docs/calibration.md)."""
 from __future__ import annotations
 
 import time
 
 import click
 
-from fabric.cli.common import Command, check_writable, friendly, write_json
+from fabric.cli.common import ENGINES, Command, check_writable, friendly, json_option, write_json
 
 
-@click.command(cls=Command, help="Run the validation experiments and print figure, published, emulated, ratio, tolerance, "
-                    "verdict; then the AllReduce sweep and the sensitivity table.")
-@click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False),
-              help="write the validation rows (name, published, emulated, unit, tolerance, within_tolerance, ...)")
-@click.option("--sweep-engine", type=click.Choice(["packet", "analytic"]), default="packet", show_default=True,
+@click.command(cls=Command, help="Run the validation experiments and print figure, published, emulated, ratio, "
+                                 "tolerance, verdict; then the AllReduce sweep and the sensitivity table.")
+@json_option("write the validation rows (name, published, emulated, unit, tolerance, within_tolerance, ...)")
+@click.option("--sweep-engine", type=click.Choice(ENGINES), default="packet", show_default=True,
               help="engine of the 16 KB..16 MB AllReduce sweeps (figures 4 and 5)")
 @click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
               help="also print how TPOT and the 14 KB AllReduce move with +-50% of five parameters")
 @friendly
 def main(json_path, sweep_engine, sensitivity):
     check_writable(json_path)
-    from fabric import validate as V
+    from fabric.tools import validate as V
     t0 = time.perf_counter()
     r = V.validate(sweep_engine)
     click.echo(V.format_rows(r["rows"]))

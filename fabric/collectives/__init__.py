@@ -8,28 +8,21 @@
 
 `nbytes` follows nccl-tests: the buffer for allreduce and broadcast, the whole gathered buffer for allgather, the
 whole input for reduce_scatter, each rank's total send for alltoall, the message for sendrecv. Modules: one per
-family (allreduce, reduce_scatter, allgather, alltoall, broadcast, p2p), policy, cost, symbolic. Every fragment
-shares one structure (see _frag.FragBuilder): start JOIN -> launch -> the algorithm -> done JOIN per rank.
+family (allreduce, reduce_scatter, allgather, alltoall, broadcast, p2p), registry (the kinds and algorithms),
+policy, cost, symbolic. Every fragment shares one structure (see _frag.FragBuilder): start JOIN -> launch -> the
+algorithm -> done JOIN per rank. Bad arguments raise fabric.errors.ConfigError.
 """
 from __future__ import annotations
 
 import functools
 
-from fabric.collectives import (
-    allgather,
-    allreduce,
-    alltoall,
-    broadcast,
-    p2p,
-    reduce_scatter,
-)
 from fabric.collectives._frag import FragBuilder, bounds, is_pow2
 from fabric.collectives.cost import Cost, cost_model
-from fabric.collectives.policy import ALGORITHMS, KINDS, collectives_config, select
+from fabric.collectives.policy import collectives_config, select
+from fabric.collectives.registry import ALGORITHMS, CORES, KINDS
+from fabric.errors import ConfigError
 from fabric.taskgraph import Fragment
 
-_CORES = {"allreduce": allreduce.CORES, "reduce_scatter": reduce_scatter.CORES, "allgather": allgather.CORES,
-          "alltoall": alltoall.CORES, "broadcast": broadcast.CORES, "sendrecv": p2p.CORES}
 # a group of one rank runs the single-phase algorithm whatever was asked (ring/halving loops would be empty)
 _SINGLE = {"allreduce": "oneshot", "reduce_scatter": "direct", "allgather": "direct"}
 
@@ -37,25 +30,25 @@ _SINGLE = {"allreduce": "oneshot", "reduce_scatter": "direct", "allgather": "dir
 def build(kind: str, algorithm: str, nbytes: int, n: int, cfg=None, root: int = 0,
           semantics: bool = True) -> Fragment:
     """A fresh fragment of one collective over group positions 0..n-1 (root: broadcast only)."""
-    if kind not in _CORES:
-        raise ValueError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
-    if algorithm not in _CORES[kind]:
-        raise ValueError(f"{kind} has no algorithm {algorithm!r}; known: {', '.join(_CORES[kind])}")
+    if kind not in CORES:
+        raise ConfigError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
+    if algorithm not in CORES[kind]:
+        raise ConfigError(f"{kind} has no algorithm {algorithm!r}; known: {', '.join(ALGORITHMS[kind])}")
     n, nbytes = int(n), int(nbytes)
     if n < 1 or nbytes < 0:
-        raise ValueError(f"need n >= 1 and nbytes >= 0, got n={n}, nbytes={nbytes}")
+        raise ConfigError(f"need n >= 1 and nbytes >= 0, got n={n}, nbytes={nbytes}")
     if kind == "sendrecv" and n != 2:
-        raise ValueError(f"sendrecv is a fragment over 2 ranks, got {n}")
+        raise ConfigError(f"sendrecv is a fragment over 2 ranks, got {n}")
     if kind in ("allgather", "reduce_scatter") and algorithm == "halving_doubling" and not is_pow2(n):
-        raise ValueError(f"halving_doubling {kind} needs a power-of-two group, got {n} ranks "
-                         f"(the selection policy falls back to ring)")
+        raise ConfigError(f"halving_doubling {kind} needs a power-of-two group, got {n} ranks "
+                          f"(the selection policy falls back to ring)")
     if kind == "broadcast" and not 0 <= root < n:
-        raise ValueError(f"broadcast root {root} is outside the group of {n}")
+        raise ConfigError(f"broadcast root {root} is outside the group of {n}")
     cc = collectives_config(cfg)
     fb = FragBuilder(kind, algorithm, n, nbytes, cc, semantics=semantics,
                      root=root if kind == "broadcast" else (0 if kind == "sendrecv" else -1))
     start, ready = fb.prologue()
-    core = _CORES[kind][_SINGLE.get(kind, algorithm) if n == 1 else algorithm]
+    core = CORES[kind][_SINGLE.get(kind, algorithm) if n == 1 else algorithm]
     out = core(fb, ready, nbytes)
     return fb.finish(start, out)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fabric.phy import PS_PER_NS, ps, ps_per_byte_GBps
 from fabric.taskgraph import (
     BUF_NONE,
     BUF_TMP,
@@ -88,7 +89,7 @@ class FragBuilder:
         return self._add(JOIN, rank)
 
     def compute(self, rank, ns: float) -> np.ndarray:
-        return self._add(COMPUTE, rank, stream=0, dur=round(ns * 1000))
+        return self._add(COMPUTE, rank, stream=0, dur=ps(ns))
 
     def wait(self, rank) -> np.ndarray:
         """A wait point: poll flags then continue (COMPUTE of step_ns, or a JOIN when it is 0)."""
@@ -162,7 +163,8 @@ class FragBuilder:
         length = np.broadcast_to(np.asarray(length, np.int64), rank.shape)
         touched = (k + 1) * length
         cc = self.cc
-        dur = np.rint(touched * (1000.0 / cc.reduce_gbps) + cc.reduce_kernel_ns * 1000).astype(np.int64)
+        dur = np.rint(touched * ps_per_byte_GBps(cc.reduce_gbps) + cc.reduce_kernel_ns * PS_PER_NS)
+        dur = dur.astype(np.int64)
         sb = np.asarray(src_buf, np.int8)
         sb = np.broadcast_to(sb.reshape(1, -1) if sb.ndim == 1 else sb, so.shape)
         return self._add(REDUCE, rank, stream=0, nbytes=touched, dur=dur, dst_buf=dst_buf, dst_off=dst_off,

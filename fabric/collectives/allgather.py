@@ -8,6 +8,7 @@ import numpy as np
 
 from fabric.collectives._frag import FragBuilder, bounds
 from fabric.collectives.reduce_scatter import pairs
+from fabric.errors import ConfigError
 from fabric.taskgraph import BUF_OUT
 
 
@@ -51,7 +52,7 @@ def ag_doubling(fb: FragBuilder, ready: np.ndarray, nbytes: int, members=None) -
     p = len(mem)
     k = p.bit_length() - 1
     if 1 << k != p:
-        raise ValueError(f"recursive doubling needs a power-of-two number of ranks, got {p}")
+        raise ConfigError(f"recursive doubling needs a power-of-two number of ranks, got {p}")
     b = bounds(nbytes, p)
     idx = np.arange(p)
     cur = np.asarray(ready, np.int64).copy()

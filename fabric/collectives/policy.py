@@ -1,8 +1,8 @@
 """Algorithm selection: the SD200 library's size tiers, or one fixed algorithm (an unoptimised library).
 
-sd200 (REFERENCE.md s1): AllReduce of M <= oneshot_max_bytes -> oneshot; <= twoshot_max_bytes -> twoshot; larger
--> ring. AllGather / ReduceScatter: direct up to twoshot_max_bytes, ring above. AllToAll, Broadcast, Send/Recv:
-direct (the only algorithm modelled).
+sd200 (docs/sources.md §SD200 library): AllReduce of M <= oneshot_max_bytes -> oneshot; <= twoshot_max_bytes ->
+twoshot; larger -> ring. AllGather / ReduceScatter: direct up to twoshot_max_bytes, ring above. AllToAll, Broadcast,
+Send/Recv: direct (the only algorithm modelled).
 
 Fixed policies map each kind to its nearest algorithm:
     policy             allreduce         allgather / reduce_scatter          others
@@ -17,17 +17,8 @@ Fixed policies map each kind to its nearest algorithm:
 from __future__ import annotations
 
 from fabric.collectives._frag import is_pow2
+from fabric.collectives.registry import ALGORITHMS, KINDS
 from fabric.errors import ConfigError
-
-KINDS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
-ALGORITHMS = {
-    "allreduce": ("oneshot", "twoshot", "ring", "halving_doubling"),
-    "allgather": ("direct", "ring", "halving_doubling"),
-    "reduce_scatter": ("direct", "ring", "halving_doubling"),
-    "alltoall": ("direct",),
-    "broadcast": ("direct",),
-    "sendrecv": ("direct",),
-}
 
 
 def collectives_config(cfg):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fabric.collectives._frag import FragBuilder, bounds
+from fabric.errors import ConfigError
 from fabric.taskgraph import BUF_IN, BUF_OUT, BUF_TMP
 
 
@@ -79,7 +80,7 @@ def rs_halving(fb: FragBuilder, ready: np.ndarray, nbytes: int, members=None, cu
     p = len(mem)
     k = p.bit_length() - 1
     if 1 << k != p:
-        raise ValueError(f"recursive halving needs a power-of-two number of ranks, got {p}")
+        raise ConfigError(f"recursive halving needs a power-of-two number of ranks, got {p}")
     M = int(nbytes)
     b = bounds(M, p)
     idx = np.arange(p)

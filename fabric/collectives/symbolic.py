@@ -17,6 +17,7 @@ import numpy as np
 
 from fabric.collectives._frag import bounds
 from fabric.collectives.alltoall import block_sizes
+from fabric.errors import ConfigError
 from fabric.taskgraph import (
     BUF_IN,
     BUF_NAMES,
@@ -72,7 +73,7 @@ def execute(g: TaskGraph) -> dict:
     """Run every task of `g` symbolically; returns {(coll, rank, buf): _Buf}. Raises SemanticError on a race or a
     read of unwritten bytes."""
     if g.sem is None:
-        raise ValueError("the graph has no semantics; build it with semantics=True")
+        raise ConfigError("the graph has no semantics; build it with semantics=True")
     s = g.sem
     state: dict = {}
     for c in range(len(g.coll_meta)):

@@ -3,7 +3,7 @@
     probe_collective(cfg, "allreduce", 14336) -> {bytes, time_us, algbw_gbps, busbw_gbps, algorithm, ...}
 
 The graph is the collective's fragment alone (fabric.collectives.build), stamped over ranks 0..n-1 and run by
-fabric.sim on fabric.topology.build(cfg). Time is from the first task of the collective starting (t = 0: every rank
+fabric.sim on fabric.network.build(cfg). Time is from the first task of the collective starting (t = 0: every rank
 calls it at once) to the last rank's output being ready, the latency nccl-tests reports for one call.
 
 Sizes follow nccl-tests (docs/collectives.md): the buffer for allreduce, the gathered output for allgather, the
@@ -17,7 +17,7 @@ import numpy as np
 from fabric import collectives, sim
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
-from fabric.topology import build as build_topology
+from fabric.network import build as build_network
 
 OPS = ("allreduce", "allgather", "alltoall", "reduce_scatter")
 
@@ -45,17 +45,14 @@ def probe_collective(cfg: FabricConfig, op: str, nbytes: int, *, algorithm: str 
     """Time one collective of `nbytes` (nccl-tests convention) over ranks 0..ranks-1 of the fabric."""
     if op not in OPS:
         raise ConfigError(f"--op={op!r} is not allowed; use one of {', '.join(OPS)}")
-    topo = build_topology(cfg) if topo is None else topo
+    topo = build_network(cfg) if topo is None else topo
     n = topo.n_ranks if ranks is None else int(ranks)
     if not 2 <= n <= topo.n_ranks:
         raise ConfigError(f"--ranks={n} is out of range; a collective needs 2..{topo.n_ranks} accelerators here")
     if nbytes < 1:
         raise ConfigError(f"--bytes={nbytes} is out of range; allowed >= 1")
     algo = algorithm or collectives.select(op, nbytes, n, cfg)
-    try:
-        frag = collectives.build(op, algo, int(nbytes), n, cfg, semantics=False)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    frag = collectives.build(op, algo, int(nbytes), n, cfg, semantics=False)
     graph = frag.to_graph(n_ranks=topo.n_ranks, label=f"{op} {nbytes} B")
     res = sim.run(cfg, topo, graph, engine=engine)
     t_ps = int(res.task_end_ps[np.asarray(frag.done)].max() - res.task_start_ps.min())
@@ -66,7 +63,7 @@ def probe_collective(cfg: FabricConfig, op: str, nbytes: int, *, algorithm: str 
 
 
 def sweep(cfg: FabricConfig, op: str, byte_sizes, **kw) -> list[dict]:
-    topo = build_topology(cfg)
+    topo = build_network(cfg)
     return [probe_collective(cfg, op, b, topo=topo, **kw) for b in byte_sizes]
 
 

@@ -1,4 +1,4 @@
-"""Validation against the published SD200 figures (REFERENCE.md s1), and a sensitivity table.
+"""Validation against the published SD200 figures (docs/sources.md §Figures reproduced), and a sensitivity table.
 
 Every experiment measures the emulator with the shipped defaults and presets; the published values live in
 PUBLISHED and are read only by `_verdict`, after the measurement (no experiment reads its published value).
@@ -8,7 +8,7 @@ Baselines (docs/calibration.md):
 - optimised library: the `sd200` preset's defaults (collectives.policy = sd200, size-tiered).
 - unoptimised library (UNOPT): a generic NCCL-like library: ring for every size, 6.6 us start cost (NCCL ring LL
   base latency), 0.6 us per step (NCCL NVLink LL per-hop latency), and a ready-to-receive handshake per call
-  (REFERENCE.md s4).
+  (docs/sources.md §Communication measurements).
 - scale-out system: the `scaleout-roce` preset (RoCE NIC 1 us per crossing, Ethernet switch 600 ns, 200G per
   accelerator; NCCL's 2.7 us network per-hop) running the unoptimised library, the software a traditional RoCE
   cluster runs; the library's launch and per-step costs are its host software overheads.
@@ -22,25 +22,28 @@ import numpy as np
 
 from fabric import sim
 from fabric import trace as tracemod
-from fabric.collective_probe import probe_collective, sizes
 from fabric.config import FabricConfig, load_config
 from fabric.lower import lower
-from fabric.replay import critical_path
-from fabric.topology import build
+from fabric.network import build
+from fabric.report import step_summary
+from fabric.tools.collective_probe import probe_collective, sizes
+from fabric.tools.latency_probe import probe_latency
+from fabric.tools.link_probe import probe_link
 
-# A generic (NCCL-like) library, REFERENCE.md s4: ring LL base latency 6.6 us, NVLink LL per hop 0.6 us, a
-# ready-to-receive handshake per call; one algorithm (ring) whatever the size.
+# A generic (NCCL-like) library, docs/sources.md §Communication measurements: ring LL base latency 6.6 us, NVLink
+# LL per hop 0.6 us, a ready-to-receive handshake per call; one algorithm (ring) whatever the size.
 UNOPT = {"collectives.policy": "ring", "collectives.launch_ns": 6600.0, "collectives.step_ns": 600.0,
          "collectives.entry_barrier": True}
 # An alternative generic library, reported for information: the same overheads with a log-depth algorithm
 # (recursive halving-doubling, MPI's choice for power-of-two groups).
 UNOPT_HD = dict(UNOPT, **{"collectives.policy": "halving_doubling"})
 SCALEOUT_PRESET = "scaleout-roce"
-AR_BYTES = 14336                      # hidden 7168 x 2 B, DeepSeek-R1 decode AllReduce (REFERENCE.md s1)
+AR_BYTES = 14336                      # hidden 7168 x 2 B, DeepSeek-R1 decode AllReduce
+                                      # (docs/sources.md §SD200 library)
 SWEEP = (16 * 1024, 16 * 1024 * 1024)
 LATENCY_PATH = (0, 63)                # acc0 -> acc63: the longest path of the sd200 preset (5 hops)
 
-# Published figures (REFERENCE.md s1). Read only when judging a row.
+# Published figures (docs/sources.md §Figures reproduced). Read only when judging a row.
 PUBLISHED = {
     "tpot": dict(value=8.9, unit="ms", rel=0.10),
     "comm_share": dict(value=10.0, unit="%", upper=True),
@@ -60,10 +63,9 @@ def replay_trace(tr, cfg: FabricConfig, engine: str = "packet") -> dict:
     """TPOT and the compute / exposed-communication split of one decode step (as fabric.replay, from a Trace)."""
     graph = lower(tr, cfg)
     res = sim.run(cfg, build(cfg), graph, engine=engine)
-    step_ps = int(res.task_end_ps.max())
-    cp = critical_path(graph, res.task_start_ps, res.task_end_ps)
-    return dict(tpot_us=step_ps / 1e6, compute_us=cp["compute_ps"] / 1e6, comm_us=cp["comm_ps"] / 1e6,
-                comm_fraction=cp["comm_ps"] / step_ps, wall_s=res.wall_s)
+    s = step_summary(graph, res.task_start_ps, res.task_end_ps)
+    return dict(tpot_us=s["step_us"], compute_us=s["compute_us"], comm_us=s["exposed_comm_us"],
+                comm_fraction=s["comm_fraction"], wall_s=res.wall_s)
 
 
 def shipped_trace():
@@ -111,12 +113,10 @@ def allreduce_sweep(engine: str = "packet") -> list[dict]:
 
 
 def latency_ns(cfg: FabricConfig) -> dict:
-    from fabric.latencyprobe import probe_latency
     return probe_latency(cfg, *LATENCY_PATH, op="store", nbytes=64)
 
 
 def link_efficiency(cfg: FabricConfig, packets: int = 20000) -> dict:
-    from fabric.linkprobe import probe_link
     r = probe_link(cfg, None, packets)
     r.pop("_result", None)
     return r

@@ -49,20 +49,14 @@ FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "r
 QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
 
 
-def all_to_all_graph(n_ranks: int, nbytes: int) -> dict:
-    """Every ordered pair (src, dst), src != dst: one store of nbytes, no dependencies."""
-    from fabric.taskgraph import transfer_graph
-    src, dst = np.nonzero(~np.eye(n_ranks, dtype=bool))
-    return transfer_graph(src, dst, nbytes)
-
-
 def _run_case(case: str):
     """Build and run one case in this process; returns the sim.RunResult."""
     from fabric import sim
     from fabric.config import load_config
-    from fabric.topology import build
+    from fabric.network import build
+    from fabric.taskgraph import all_to_all_graph
     if case.startswith("link"):
-        from fabric.linkprobe import probe_link
+        from fabric.tools.link_probe import probe_link
         return probe_link(load_config(preset=None), None, 200000 if case == "link-quick" else 1000000)["_result"]
     if case.startswith("oneshot-"):
         n = int(case.split("-")[1])
@@ -95,7 +89,7 @@ def child(case: str) -> None:
 
 def run_case(case: str) -> dict:
     """Run one case in a fresh interpreter; its peak RSS comes from the kernel's rusage of that child alone."""
-    p = subprocess.Popen([sys.executable, "-c", f"from fabric.bench import child; child({case!r})"],
+    p = subprocess.Popen([sys.executable, "-c", f"from fabric.tools.bench import child; child({case!r})"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.stdout.read(), p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)

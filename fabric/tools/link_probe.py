@@ -5,20 +5,16 @@ max-payload packets back to back; the reverse channel carries only Acks, Naks an
 """
 from __future__ import annotations
 
-from fabric import sim
+from fabric import phy, sim
 from fabric.config import FabricConfig, with_overrides
 from fabric.errors import ConfigError
+from fabric.network import build
 from fabric.taskgraph import transfer_graph
-from fabric.topology import build
 
 
 def two_node_topology(cfg: FabricConfig):
     """Two accelerators joined by one link (the `link` builder): channel 0 is 0 -> 1, channel 1 is 1 -> 0."""
     return build(with_overrides(cfg, {"topology.kind": "link"}))
-
-
-def single_transfer_graph(src: int, dst: int, nbytes: int, op: int = 0) -> dict:
-    return transfer_graph(src, dst, nbytes, op)
 
 
 def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int = 20000, faults=()) -> dict:
@@ -31,24 +27,25 @@ def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int
         raise ConfigError(f"--packets={packets} is out of range; allowed >= 1")
     if p != cfg.txn.max_payload_bytes:   # the endpoint carves max-payload packets: make that the probe's size
         cfg = with_overrides(cfg, {"txn.max_payload_bytes": p})
-    res = sim.run(cfg, two_node_topology(cfg), single_transfer_graph(0, 1, p * packets), faults=faults)
+    res = sim.run(cfg, two_node_topology(cfg), transfer_graph(0, 1, p * packets), faults=faults)
     c = {k: v[0] for k, v in res.counters.items()}          # the data direction
     rev = {k: v[1] for k, v in res.counters.items()}
     # streaming time: first byte issued -> last byte at the receiver, less one pipeline fill of the channel
     start = res.transfers["start_ps"][0]
-    end = res.task_end_ps[0] - sim.ps(cfg.endpoint.completion_ns)
-    fill = sim.ps(cfg.phy.tx_latency_ns + cfg.phy.rx_latency_ns + cfg.phy.cable_m * cfg.phy.wire_ns_per_m)
+    end = res.task_end_ps[0] - phy.ps(cfg.endpoint.completion_ns)
+    fill = phy.link_latency_ps(cfg)
     stream_ps = max(end - start - fill, 1)
     delivered = res.totals["delivered"]
-    goodput = 8.0 * p * delivered / (stream_ps / 1000.0)
-    wire_B = c["tlp_B"] * cfg.phy.flit_bytes / cfg.flit_payload_bytes
+    goodput = 8.0 * p * delivered / phy.ns(stream_ps)
+    wire_B = phy.framed(cfg, c["tlp_B"])
+    raw_gbps = phy.data_gbps(cfg)
     return dict(
         payload_bytes=p, packets=packets, ber=cfg.phy.ber, seed=cfg.sim.seed,
-        payload_efficiency=goodput / cfg.data_gbps,
-        payload_efficiency_model=cfg.payload_efficiency(p),
+        payload_efficiency=goodput / raw_gbps,
+        payload_efficiency_model=phy.payload_efficiency(cfg, p),
         wire_efficiency=p * delivered / wire_B if wire_B else 0.0,
         retransmission_overhead=(c["units"] - c["packets"]) / max(c["packets"], 1),
-        goodput_gbps=goodput, raw_gbps=cfg.data_gbps,
+        goodput_gbps=goodput, raw_gbps=raw_gbps,
         packets_sent=int(c["packets"]), packets_delivered=int(delivered),
         packets_dropped=int(c["packets"] - delivered), duplicates=int(res.totals["duplicates"]),
         out_of_order=int(res.totals["out_of_order"]), units_sent=int(c["units"]),
@@ -57,7 +54,7 @@ def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int
         replays=int(c["replays"]), replay_timeouts=int(c["replay_timeouts"]), retrains=int(c["retrains"]),
         ctrl_lost=int(c["ctrl_lost"]), updatefc=int(c["updatefc"]), credit_errors=int(c["credit_errors"] +
                                                                                       rev["credit_errors"]),
-        credit_stall_ns=c["credit_stall_ps"] / 1000.0, duration_ns=res.now_ps / 1000.0,
+        credit_stall_ns=phy.ns(c["credit_stall_ps"]), duration_ns=phy.ns(res.now_ps),
         events=int(res.events), wall_s=res.wall_s, events_per_s=res.events / max(res.wall_s, 1e-9),
         _result=res,
     )

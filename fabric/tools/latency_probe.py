@@ -1,31 +1,18 @@
 """The latency probe: one store or load between two accelerators on an idle fabric, with a breakdown.
 
-The latency is measured by the packet kernel; the breakdown is the zero-load model of the same path (issue,
-translation, serialisation, PHY, wire, switch, completion) and `queueing_ns` is the residual, what the measurement adds on top
-(0 on an idle fabric; a test holds it there).
+The latency is measured by the packet kernel; the breakdown is the zero-load model of the same path
+(fabric.phy.path_terms: issue, translation, serialisation, PHY, wire, switch, completion) and `queueing_ns` is the
+residual, what the measurement adds on top (0 on an idle fabric; a test holds it there).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from fabric import sim
+from fabric.address import build_address_map
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
-from fabric.linkprobe import single_transfer_graph
-from fabric.address import build_address_map
-from fabric.topology import build
-
-
-def _path_terms(cfg: FabricConfig, topo, chans: np.ndarray, payload_B: int, packets: int) -> dict:
-    """Zero-load cost of moving `packets` packets (the last carrying up to payload_B) along chans, in ps."""
-    wire = sim.ps(cfg.phy.cable_m * cfg.phy.wire_ns_per_m)
-    tlp_total = payload_B + packets * cfg.txn.header_bytes
-    per_tlpB = topo.ch_ps_per_byte[chans] * cfg.phy.flit_bytes / cfg.flit_payload_bytes
-    flit = np.maximum(np.rint(topo.ch_ps_per_byte[chans] * cfg.phy.flit_bytes), 1)
-    last_pkt = min(payload_B, cfg.txn.max_payload_bytes) + cfg.txn.header_bytes
-    ser = max(tlp_total * per_tlpB.max(), 1) + np.minimum(last_pkt * per_tlpB[1:], flit[1:]).sum()
-    return dict(serialisation=ser, phy=float((topo.ch_latency_ps[chans] - wire).sum()), wire=wire * len(chans),
-                switch=float(topo.node_latency_ps[topo.ch_dst[chans[:-1]]].sum()))
+from fabric.network import build
+from fabric.phy import ns, path_terms, ps
+from fabric.taskgraph import transfer_graph
 
 
 def probe_latency(cfg: FabricConfig, src: int, dst: int | None = None, op: str = "store", nbytes: int = 64,
@@ -43,9 +30,9 @@ def probe_latency(cfg: FabricConfig, src: int, dst: int | None = None, op: str =
         amap = build_address_map(topo, cfg)
         tr = amap.translate(int(topo.node_domain[src]), addr, nbytes)
         if not tr.ok:
-            res = sim.run(cfg, topo, single_transfer_graph(src, -1, nbytes, op=1 if op == "load" else 0))
+            res = sim.run(cfg, topo, transfer_graph(src, -1, nbytes, op=1 if op == "load" else 0))
             return dict(preset=topo.name, src=src, dst=None, addr=hex(addr), op=op, bytes=nbytes, status="UR",
-                        error=tr.error, latency_ns=float(res.task_end_ps[0] - res.task_start_ps[0]) / 1000.0)
+                        error=tr.error, latency_ns=ns(float(res.task_end_ps[0] - res.task_start_ps[0])))
         dst = tr.dst_rank
     if not 0 <= dst < R:
         raise ConfigError(f"--dst={dst} is out of range; this topology has accelerators 0..{R - 1}")
@@ -55,13 +42,11 @@ def probe_latency(cfg: FabricConfig, src: int, dst: int | None = None, op: str =
         raise ConfigError(f"--op={op!r} is not allowed; use store or load")
     if nbytes < 1:
         raise ConfigError(f"--bytes={nbytes} is out of range; allowed >= 1")
-    res = sim.run(cfg, topo, single_transfer_graph(src, dst, nbytes, op=1 if op == "load" else 0))
+    res = sim.run(cfg, topo, transfer_graph(src, dst, nbytes, op=1 if op == "load" else 0))
     measured = int(res.task_end_ps[0] - res.task_start_ps[0])
     ep = cfg.endpoint
     cross = topo.node_domain[src] != topo.node_domain[dst]
-    terms = dict(issue=sim.ps(ep.issue_ns), translation=sim.ps(ep.translation_ns) + (sim.ps(ep.p2p_forward_ns)
-                                                                                       if cross else 0))
-    flows = [(0, nbytes, 1)]
+    terms = dict(issue=ps(ep.issue_ns), translation=ps(ep.translation_ns) + (ps(ep.p2p_forward_ns) if cross else 0))
     if op == "load":      # read requests travel there, completions come back on the response path
         n_req = -(-nbytes // cfg.txn.max_read_request_bytes)
         flows = [(0, 0, n_req), (1, nbytes, -(-nbytes // cfg.txn.max_payload_bytes))]
@@ -71,16 +56,16 @@ def probe_latency(cfg: FabricConfig, src: int, dst: int | None = None, op: str =
     for xf, payload, packets in flows:
         p = int(res.transfers["path"][xf])
         chans = topo.path_ch[topo.path_ptr[p]:topo.path_ptr[p + 1]]
-        for k, v in _path_terms(cfg, topo, chans, payload, packets).items():
+        for k, v in path_terms(cfg, topo, chans, payload, packets).items():
             terms[k] = terms.get(k, 0) + v
         names = [topo.node_names[topo.ch_src[chans[0]]]] + [topo.node_names[c] for c in topo.ch_dst[chans]]
         node_path += names if not node_path else names[1:]
-    terms["completion"] = sim.ps(ep.completion_ns)
+    terms["completion"] = ps(ep.completion_ns)
     modelled = sum(terms.values())
-    breakdown = {f"{k}_ns": round(v / 1000.0, 3) for k, v in terms.items()}
+    breakdown = {f"{k}_ns": round(ns(v), 3) for k, v in terms.items()}
     # residual of a measurement over its zero-load model: ~0 on an idle fabric (rounding of ps serialisation)
-    breakdown["queueing_ns"] = round((measured - modelled) / 1000.0, 1) + 0.0
+    breakdown["queueing_ns"] = round(ns(measured - modelled), 1) + 0.0
     return dict(preset=topo.name, src=src, dst=dst, addr=None if addr is None else hex(addr), op=op, bytes=nbytes,
-                status="OK", latency_ns=measured / 1000.0,
+                status="OK", latency_ns=ns(measured),
                 hops=len(node_path) - 1 if op == "store" else (len(node_path) - 1) // 2, path=node_path,
                 cross_domain=bool(cross), breakdown=breakdown)

@@ -1,0 +1,13 @@
+"""Every collective kind and its algorithms: the one list, read from the family modules' CORES tables.
+
+KINDS and ALGORITHMS are derived from CORES (kind -> {algorithm name: core function}); the order of KINDS is the
+order of the entries below, and of each kind's algorithms the order of its module's CORES.
+"""
+from __future__ import annotations
+
+from fabric.collectives import allgather, allreduce, alltoall, broadcast, p2p, reduce_scatter
+
+CORES = {"allreduce": allreduce.CORES, "allgather": allgather.CORES, "reduce_scatter": reduce_scatter.CORES,
+         "alltoall": alltoall.CORES, "broadcast": broadcast.CORES, "sendrecv": p2p.CORES}
+KINDS = tuple(CORES)
+ALGORITHMS = {kind: tuple(cores) for kind, cores in CORES.items()}

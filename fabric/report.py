@@ -1,0 +1,95 @@
+"""What a run's results mean: the critical path of a step, per-collective and per-link summaries.
+
+Pure functions of a task graph, its task start/end times and the run's counters (fabric.sim.RunResult), shared by
+replay, validation and anything else that explains a run. Times come in ps and leave in us unless named _ps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fabric.taskgraph import COMPUTE, TaskGraph
+
+
+def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
+    """Walk back from the last task to finish, always to the constraint that released it (the predecessor that
+    finished last, or the task before it on the same stream). Time on the model's compute tasks is compute;
+    everything else on the path (transfers, local reductions, flags, a collective's launch and wait points, and
+    waiting) is exposed communication. The two add up to the step."""
+    ptr, pred = graph.predecessors_csr()
+    stream_prev = np.full(graph.n_tasks, -1, np.int64)
+    on_stream = np.flatnonzero(graph.stream >= 0)
+    if len(on_stream):   # the stream's previous task in start order
+        rank, stream = graph.rank[on_stream], graph.stream[on_stream]
+        o = np.lexsort((start[on_stream], stream, rank))
+        same = (rank[o[1:]] == rank[o[:-1]]) & (stream[o[1:]] == stream[o[:-1]])
+        order = on_stream[o]
+        stream_prev[order[1:][same]] = order[:-1][same]
+    t = int(np.argmax(end))
+    compute_ps = comm_ps = 0
+    length = 0
+    while t >= 0:
+        cands = list(pred[ptr[t]:ptr[t + 1]])
+        if stream_prev[t] >= 0:
+            cands.append(stream_prev[t])
+        prev = max(cands, key=lambda u: end[u]) if cands else -1
+        seg_start = end[prev] if prev >= 0 else 0
+        if graph.kind[t] == COMPUTE and graph.coll[t] < 0:     # coll >= 0: collective library overhead
+            compute_ps += end[t] - start[t]
+            comm_ps += start[t] - seg_start      # waiting before a kernel may start
+        else:
+            comm_ps += end[t] - seg_start
+        length += 1
+        t = prev
+    return dict(compute_ps=int(compute_ps), comm_ps=int(comm_ps), tasks=length)
+
+
+def step_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
+    """The step (last task's end) and its critical path split into compute and exposed communication."""
+    step_ps = int(end.max()) if len(end) else 0
+    cp = critical_path(graph, start, end)
+    return dict(step_ps=step_ps, step_us=step_ps / 1e6, compute_us=cp["compute_ps"] / 1e6,
+                exposed_comm_us=cp["comm_ps"] / 1e6, comm_fraction=cp["comm_ps"] / step_ps if step_ps else 0.0,
+                critical_path_tasks=cp["tasks"])
+
+
+def collective_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> list[dict]:
+    """One row per (kind, bytes, algorithm, group size): count and mean/p50/p99/total latency, first task of an
+    instance starting to its last task ending."""
+    if not graph.coll_meta:
+        return []
+    mask = graph.coll >= 0
+    c = graph.coll[mask]
+    n = len(graph.coll_meta)
+    first = np.full(n, np.iinfo(np.int64).max)
+    last = np.zeros(n, np.int64)
+    np.minimum.at(first, c, start[mask])
+    np.maximum.at(last, c, end[mask])
+    lat_us = (last - first) / 1e6
+    groups: dict[tuple, list[float]] = {}
+    for i, m in enumerate(graph.coll_meta):
+        groups.setdefault((m.kind, m.nbytes, m.algorithm, len(m.ranks)), []).append(lat_us[i])
+    rows = []
+    for (kind, nbytes, algo, ranks), lats in sorted(groups.items()):
+        a = np.array(lats)
+        rows.append(dict(kind=kind, bytes=int(nbytes), ranks=ranks, algorithm=algo, count=len(a),
+                         mean_us=float(a.mean()), p50_us=float(np.percentile(a, 50)),
+                         p99_us=float(np.percentile(a, 99)), total_us=float(a.sum())))
+    return rows
+
+
+def link_summary(topo, res, step_ps: int) -> dict:
+    """How the channels behaved over a step: utilisation, retransmission and recovery counts, credit stalls."""
+    c = res.counters
+    util = c["busy_ps"] / max(step_ps, 1)
+    used = c["packets"] > 0
+    worst = int(np.argmax(util)) if len(util) else 0
+    return dict(channels=int(len(util)), channels_used=int(used.sum()),
+                max_utilisation=float(util.max()) if len(util) else 0.0,
+                max_utilisation_channel=topo.channel_name(worst) if len(util) else "",
+                mean_utilisation=float(util.mean()) if len(util) else 0.0,
+                mean_utilisation_used=float(util[used].mean()) if used.any() else 0.0,
+                retransmissions=int((c["units"] - c["packets"]).sum()), replays=int(c["replays"].sum()),
+                replay_timeouts=int(c["replay_timeouts"].sum()), retrains=int(c["retrains"].sum()),
+                flits_corrupted=int(c["flits_corrupted"].sum()),
+                credit_stall_us=float(c["credit_stall_ps"].sum() / 1e6),
+                max_queue_packets=int(c["queue_max"].max()) if len(util) else 0)

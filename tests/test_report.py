@@ -1,0 +1,26 @@
+"""fabric.report on hand-made start/end times: the critical path follows streams by (rank, stream), whatever ids."""
+import numpy as np
+
+from fabric.report import critical_path, step_summary
+from fabric.taskgraph import COMPUTE, GraphBuilder
+
+
+def test_streams_are_told_apart_by_rank_and_stream_whatever_their_ids():
+    """Rank 0 stream 1024 and rank 1 stream 0 are different streams (a rank*1024+stream key once merged them):
+    the last task, alone on its stream with no predecessor, waited from t = 0."""
+    b = GraphBuilder(2)
+    b.add_tasks(COMPUTE, [0, 1], stream=[1024, 0], duration_ps=[100, 10])
+    g = b.build()
+    start, end = np.array([0, 150]), np.array([100, 160])
+    assert critical_path(g, start, end) == dict(compute_ps=10, comm_ps=150, tasks=1)
+    same = GraphBuilder(2)
+    same.add_tasks(COMPUTE, [1, 1], stream=[1024, 1024], duration_ps=[100, 10])
+    assert critical_path(same.build(), start, end) == dict(compute_ps=110, comm_ps=50, tasks=2)
+
+
+def test_step_summary_adds_up():
+    b = GraphBuilder(1)
+    b.add_tasks(COMPUTE, [0, 0], stream=0, duration_ps=[2_000_000, 1_000_000])
+    s = step_summary(b.build(), np.array([0, 3_000_000]), np.array([2_000_000, 4_000_000]))
+    assert s["step_us"] == 4.0 and s["compute_us"] == 3.0 and s["exposed_comm_us"] == 1.0
+    assert s["comm_fraction"] == 0.25 and s["critical_path_tasks"] == 2
