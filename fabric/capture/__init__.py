@@ -43,13 +43,25 @@ def logical_graph(spec: ModelSpec, config: dict, context: int, engine: str = "an
 
 def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, ep: int = 1, batch: int = 1,
             context: int = 4096, chip: str = "sd200-accelerator", engine: str = "analytic",
-            weight_dtype: str = "bf16", dispatch_dtype: str = "fp8", seed: int = 0):
+            weight_dtype: str = "bf16", dispatch_dtype: str = "fp8", seed: int = 0,
+            allow_oversubscribe: bool = True, cost_model: str = "roofline", launch: str | None = None):
+    """One decode step as a Trace.
+
+    allow_oversubscribe  False: raise ConfigError when a rank's weights + KV cache + activations + workspace +
+                         runtime reserve exceed the chip's memory (fabric.capture.memory). The library default
+                         (True) keeps existing recipes working; `fabric-capture` checks unless --allow-oversubscribe.
+    cost_model           "roofline" (default, ChipProfile.kernel_time_ns) or "shape" (fabric.capture.kernels)
+    launch               shape model: graph | eager | queue (default: the chip profile's [launch] mode)
+    """
     name, cfg = resolve_model(model, hf_config)
     spec = spec_from_config(cfg, name)
     plan = Plan(tp=tp, ep=ep, batch=batch, context=context, weight_dtype=weight_dtype,
-                dispatch_dtype=dispatch_dtype, seed=seed)
+                dispatch_dtype=dispatch_dtype, seed=seed, cost_model=cost_model, launch=launch)
     plan.check(spec)
     prof = load_chip(chip)
+    if not allow_oversubscribe:
+        from fabric.capture.memory import check_fits, memory_plan
+        check_fits(memory_plan(spec, plan, prof), prof, plan, spec)
     graph = logical_graph(spec, cfg, context, engine, seed=seed, batch=batch)
     meta = dict(schema_version=1, model=name, model_config=cfg, tool=f"fabric-capture/{engine}",
                 tool_version=fabric.__version__)

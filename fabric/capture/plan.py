@@ -12,6 +12,9 @@ Plan (tp, ep) over n_ranks = max(tp, ep) ranks:
   that owns one of its experts (all-to-all), runs its local experts as a grouped GEMM, combines the outputs back
   (all-to-all), adds the shared expert (replicated on every rank) and all-gathers the slices over the TP group.
 
+Kernel durations: the chip profile's roofline model (ChipProfile.kernel_time_ns) by default, or with
+Plan(cost_model="shape") the shape-aware model of fabric.capture.kernels (docs/compute-model.md).
+
 Collective sizes (coll_bytes) follow docs/trace-format.md: all-reduce/broadcast the buffer size, all-gather and
 reduce-scatter one rank's chunk, all-to-all the chunk sent to each peer (padded to the largest of the step, as a
 fixed-buffer low-latency dispatch is).
@@ -25,12 +28,15 @@ import numpy as np
 
 from fabric.capture.chips import DTYPE_BYTES, ChipProfile
 from fabric.capture.graph import LogicalOp
+from fabric.capture.kernels import COMPUTE_DTYPE, LAUNCH_MODES, logical_op_time
 from fabric.capture.spec import ModelSpec
 from fabric.errors import ConfigError
 from fabric.trace import (COLL_ALLGATHER, COLL_ALLREDUCE, COLL_ALLTOALL, KIND_COLLECTIVE, KIND_COMPUTE, OpTable,
                           Trace)
 
 ACT = 2  # activations and KV cache are BF16
+WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
+COST_MODELS = ("roofline", "shape")
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class Plan:
     weight_dtype: str = "bf16"
     dispatch_dtype: str = "fp8"   # EP dispatch payload: fp8 + one fp32 scale per 128 values (DeepEP), or bf16
     seed: int = 0                 # routing oracle
+    cost_model: str = "roofline"  # "roofline": ChipProfile.kernel_time_ns; "shape": fabric.capture.kernels
+    launch: str | None = None     # shape model only: graph | eager | queue (None: the chip profile's mode)
 
     @property
     def n_ranks(self) -> int:
@@ -70,9 +78,15 @@ class Plan:
             raise ConfigError(f"--ep={self.ep} must divide the {spec.n_experts} routed experts of {spec.name}")
         if spec.heads % self.tp:
             raise ConfigError(f"--tp={self.tp} must divide the {spec.heads} attention heads of {spec.name}")
-        for name, v in (("weight", self.weight_dtype), ("dispatch", self.dispatch_dtype)):
-            if v not in ("bf16", "fp8"):
-                raise ConfigError(f"{name} dtype {v!r} is not supported; use bf16 or fp8")
+        if self.weight_dtype not in WEIGHT_DTYPES:
+            raise ConfigError(f"weight dtype {self.weight_dtype!r} is not supported; use one of "
+                              f"{', '.join(WEIGHT_DTYPES)}")
+        if self.dispatch_dtype not in ("bf16", "fp8"):
+            raise ConfigError(f"dispatch dtype {self.dispatch_dtype!r} is not supported; use bf16 or fp8")
+        if self.cost_model not in COST_MODELS:
+            raise ConfigError(f"cost model {self.cost_model!r} is not one of {', '.join(COST_MODELS)}")
+        if self.launch is not None and self.launch not in LAUNCH_MODES:
+            raise ConfigError(f"launch mode {self.launch!r} is not one of {', '.join(LAUNCH_MODES)}")
 
 
 # ---------------------------------------------------------------- routing oracle
@@ -198,6 +212,17 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
     moe_layers = sorted({op.layer for op in graph if op.op == "experts_gate_up"})
     routing = {L: route(spec, L, dp * b_local, plan.seed) for L in moe_layers}
     ep_info = {L: _ep_layout(spec, plan, routing[L], b_local) for L in moe_layers} if plan.ep > 1 else {}
+    shape_cache: dict = {}
+
+    def duration(op, t_shard, b, flops, nbytes, dtype, moe) -> float:
+        if plan.cost_model == "roofline":
+            return chip.kernel_time_ns(flops, nbytes, dtype)
+        key = (op.op, op.style, tuple(sorted(op.dims.items())), t_shard, b,
+               None if moe is None else tuple(sorted(moe.items())))
+        if key not in shape_cache:
+            shape_cache[key] = logical_op_time(chip, op, t_shard, b, plan.weight_dtype, moe, plan.launch,
+                                               flops=flops, nbytes=nbytes)["time_ns"]
+        return shape_cache[key]
 
     def build(r: int) -> OpTable:
         bld = _Builder()
@@ -218,8 +243,9 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
                     rt = routing[op.layer][:plan.batch]
                     moe = dict(pairs=rt.size, active=len(np.unique(rt)), ep=1)
             flops, nbytes = kernel_cost(op, t_shard, b, wbytes, moe)
-            dtype = plan.weight_dtype if op.op in ("linear", "qkv_linear", "router", "experts_gate_up",
-                                                    "experts_down", "mla_absorb_k", "mla_absorb_v") else "bf16"
+            dtype = COMPUTE_DTYPE[plan.weight_dtype] if op.op in ("linear", "qkv_linear", "router", "experts_gate_up",
+                                                                   "experts_down", "mla_absorb_k",
+                                                                   "mla_absorb_v") else "bf16"
             deps = [prev] if op.after is None else [out.get((op.layer, a)) for a in op.after]
             if ep_mode and op.name == "experts_gate_up":
                 info = ep_info[op.layer]
@@ -227,7 +253,8 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
                                 coll_kind=COLL_ALLTOALL, coll_bytes=info["dispatch_bytes"], group=0,
                                 layer=op.layer, module=op.module)]
             idx = bld.add(deps, name=op.name, kind=KIND_COMPUTE, stream=op.stream,
-                          duration_ns=chip.kernel_time_ns(flops, nbytes, dtype), flops=flops, bytes=float(nbytes),
+                          duration_ns=duration(op, t_shard, b, flops, nbytes, dtype, moe), flops=flops,
+                          bytes=float(nbytes),
                           layer=op.layer, module=op.module)
             if ep_mode and op.name == "experts_down":
                 info = ep_info[op.layer]
@@ -257,8 +284,12 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
     else:
         ops = [build(r) for r in range(n)]
     meta = dict(meta)
-    meta.update(plan=dict(tp=plan.tp, ep=plan.ep, dp=dp, n_ranks=n, weight_dtype=plan.weight_dtype,
-                          dispatch_dtype=plan.dispatch_dtype, routing_seed=plan.seed, batch_per_replica=b_local),
+    plan_meta = dict(tp=plan.tp, ep=plan.ep, dp=dp, n_ranks=n, weight_dtype=plan.weight_dtype,
+                     dispatch_dtype=plan.dispatch_dtype, routing_seed=plan.seed, batch_per_replica=b_local)
+    if plan.cost_model != "roofline":   # the default model leaves the metadata as it always was
+        plan_meta.update(cost_model=plan.cost_model,
+                         launch=plan.launch or getattr(chip.kernels, "launch_mode", None))
+    meta.update(plan=plan_meta,
                 batch=plan.batch, context=plan.context, chip=chip.name)
     return Trace(meta=meta, n_ranks=n, groups=groups, ops=ops)
 

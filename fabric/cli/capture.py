@@ -22,20 +22,24 @@ from fabric.cli.common import Command, check_writable, friendly
               help="chip profile (h200, h100, sd200-accelerator) or a profile .toml")
 @click.option("--engine", type=click.Choice(["analytic", "torch"]), default="analytic", show_default=True,
               help="analytic: from the config; torch: record the transformers model on the meta device")
-@click.option("--weight-dtype", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True,
-              help="dtype of the weights (bytes read by GEMMs)")
+@click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4"]), default="bf16", show_default=True,
+              help="dtype of the weights (bytes read by GEMMs and held in memory)")
+@click.option("--allow-oversubscribe", is_flag=True, default=False,
+              help="write the trace even when a rank's weights, KV cache and workspace exceed the chip's memory")
 @click.option("--dispatch-dtype", type=click.Choice(["bf16", "fp8"]), default="fp8", show_default=True,
               help="payload dtype of the expert-parallel dispatch")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="seed of the routing oracle")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="trace file to write")
 @friendly
-def main(model, hf_config, tp, ep, batch, context, chip, engine, weight_dtype, dispatch_dtype, seed, output):
+def main(model, hf_config, tp, ep, batch, context, chip, engine, weight_dtype, allow_oversubscribe, dispatch_dtype,
+         seed, output):
     check_writable(output, "-o")
     from fabric import trace as T
     from fabric.capture import capture
     t0 = time.perf_counter()
     tr = capture(model, hf_config, tp=tp, ep=ep, batch=batch, context=context, chip=chip, engine=engine,
-                 weight_dtype=weight_dtype, dispatch_dtype=dispatch_dtype, seed=seed)
+                 weight_dtype=weight_dtype, dispatch_dtype=dispatch_dtype, seed=seed,
+                 allow_oversubscribe=allow_oversubscribe)
     T.write(output, tr)
     s = T.summary(tr)
     colls = ", ".join(f"{min(c['count_per_rank'])}-{max(c['count_per_rank'])} x {c['kind']} {c['bytes']:,} B"

@@ -5,17 +5,19 @@ import click
 
 from fabric.cli.common import Group, check_writable, config_options, friendly, json_option, load, write_json
 from fabric.cli.probe_collective import collective_cmd
+from fabric.cli.probe_kernel import kernel_cmd
 from fabric.cli.probe_topology import topology_cmd
 from fabric.config import describe
 
 
-@click.group(cls=Group, help="Measure one piece of the fabric: a link, the topology, a latency, a collective.")
+@click.group(cls=Group, help="Measure one piece of the fabric: a link, the topology, a latency, a collective, a compute kernel.")
 def main():
     pass
 
 
 main.add_command(topology_cmd, "topology")
 main.add_command(collective_cmd, "collective")
+main.add_command(kernel_cmd, "kernel")
 
 
 @main.command("link", help="Simulate a saturated link and report payload efficiency and data-link counters.")

@@ -3,7 +3,9 @@
     t = max(flops / (eta_c(flops) * peak[dtype]), bytes / (eta_m(bytes) * hbm)) + fixed_kernel_ns
     eta(x) = eta_min + (eta_max - eta_min) / (1 + (x_half / x) ** power)
 
-Every parameter is documented (unit and reason) in its TOML file.
+Every parameter is documented (unit and reason) in its TOML file. Optional sections: [memory] (capacity, for
+fabric.capture.memory), [launch] and [kernels] (the shape-aware model of fabric.capture.kernels; docs/compute-model.md).
+`kernel_time_ns` above stays the roofline-with-efficiencies model that capture uses by default.
 """
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from fabric.capture.kernels import LAUNCH_MODES, KernelParams
 from fabric.errors import ConfigError
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp32": 4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp32": 4, "int4": 0.5}
 
 
 def _eta(x: float, lo: float, hi: float, half: float, power: float) -> float:
@@ -41,6 +44,9 @@ class ChipProfile:
     peak_tflops: dict = field(default_factory=dict)  # dtype -> TFLOP/s
     fixed_kernel_ns: float = 0.0        # ns per kernel
     reduce_fused: bool = True           # collective reductions run inside the communication kernel
+    memory_gib: float = 0.0             # GiB of accelerator memory (0: unknown, no capacity check)
+    reserved_gib: float = 0.0           # GiB the runtime keeps (context, library workspaces, buffers)
+    kernels: KernelParams | None = None  # shape-aware model (fabric.capture.kernels); None without [kernels]
 
     def eta_m(self, nbytes: float) -> float:
         return _eta(nbytes, self.eta_m_min, self.eta_m_max, self.eta_m_half_bytes, self.eta_m_power)
@@ -130,4 +136,44 @@ def load_chip(name: str) -> ChipProfile:
         peak_tflops=peaks,
         fixed_kernel_ns=_num(kern, "fixed_ns", where + " [kernel]"),
         reduce_fused=bool(d.get("reduce", {}).get("fused", True)),
+        memory_gib=_num(d["memory"], "gib", where + " [memory]", lo=0.0, lo_open=True) if "memory" in d else 0.0,
+        reserved_gib=_num(d["memory"], "reserved_gib", where + " [memory]") if "memory" in d else 0.0,
+        kernels=_kernel_params(d, where),
     )
+
+
+_KERNEL_INTS = ("sms", "gemv_max_tokens", "gemv_tile_n", "gemm_tile_m", "gemm_tile_n", "mma_pad_m", "splitk_min_k",
+                "splitk_max", "attn_tile_m", "attn_block_n", "elem_per_cta")
+
+
+def _choice(d: dict, key: str, where: str, choices: tuple, default: str) -> str:
+    v = d.get(key, default)
+    if v not in choices:
+        raise ConfigError(f"chip profile {where}: {key}={v!r} must be one of {', '.join(choices)}")
+    return v
+
+
+def _kernel_params(d: dict, where: str) -> KernelParams | None:
+    """[kernels] and [launch] of a profile, or None when the profile has no [kernels] section."""
+    if "kernels" not in d:
+        return None
+    k, la = d["kernels"], d.get("launch")
+    if la is None:
+        raise ConfigError(f"chip profile {where}: [kernels] needs a [launch] section (graph_ns, queue_ns, eager_ns)")
+    ints = {}
+    for key in _KERNEL_INTS:
+        v = _num(k, key, where + " [kernels]", lo=1.0)
+        if v != int(v):
+            raise ConfigError(f"chip profile {where} [kernels]: {key}={v!r} must be an integer")
+        ints[key] = int(v)
+    return KernelParams(
+        sm_gbps=_num(k, "sm_gbps", where + " [kernels]", lo=0.0, lo_open=True),
+        bw_eta=_num(k, "bw_eta", where + " [kernels]", lo=0.0, hi=1.0, lo_open=True),
+        gemv_inflight_kib=_num(k, "gemv_inflight_kib", where + " [kernels]", lo=0.0, lo_open=True),
+        gemm_inflight_kib=_num(k, "gemm_inflight_kib", where + " [kernels]", lo=0.0, lo_open=True),
+        round_trips=_num(k, "round_trips", where + " [kernels]"),
+        splitk_reduce=_choice(k, "splitk_reduce", where + " [kernels]", ("kernel", "fused"), "kernel"),
+        attn_combine=_choice(k, "attn_combine", where + " [kernels]", ("kernel", "fused"), "kernel"),
+        launch_mode=_choice(la, "mode", where + " [launch]", LAUNCH_MODES, "graph"),
+        launch_ns={m: _num(la, f"{m}_ns", where + " [launch]") for m in LAUNCH_MODES},
+        **ints)
