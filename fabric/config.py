@@ -102,10 +102,15 @@ class LinkConfig(_Section):
     """Data-link layer: sequence numbers, Ack/Nak, go-back-N replay and credit-based flow control."""
     seq_bits: int = param(12, unit="bits", lo=2, hi=30, help="width of the wrapping sequence number",
                           reason="PCIe's 12-bit sequence numbers (docs/sources.md §Protocol standards)")
-    replay_buffer_flits: int = param(256, unit="flits", lo=1, hi=1 << 20,
-                                     help="replay buffer size; the sender stalls when unacknowledged packets fill it",
-                                     reason="64 KiB covers 64 GB/s x (Ack round trip ~100 ns + coalescing) with "
-                                            "headroom")
+    replay_buffer_flits: int = param(0, unit="flits", lo=0, hi=1 << 20,
+                                     help="replay buffer size; the sender stalls when unacknowledged packets fill "
+                                          "it; 0 = auto: sized from the fabric so that every channel runs at its rate",
+                                     reason="auto = max over channels of (ceil(1.25 x R / T) + 1) x F, R = Ack round "
+                                            "trip (first flit + PHY/wire latency + Ack coalescing, min(ack_timer_ns, "
+                                            "ack_every_packets x T) + one flit and PHY/wire latency back), T and F "
+                                            "as for credit_flits, 25% margin, + 1 packet the sender checks room for "
+                                            "(fabric/phy.py replay_buffer_needs); an explicit value that caps a "
+                                            "channel warns")
     ack_every_packets: int = param(8, unit="packets", lo=1, hi=4096,
                                    help="send a coalesced Ack after this many good packets",
                                    reason="amortises Acks while keeping the replay buffer small")
@@ -123,10 +128,15 @@ class LinkConfig(_Section):
                               reason="a fast recovery of a short copper link takes microseconds")
     vcs: int = param(2, unit="VCs", lo=1, hi=8, help="virtual channels per link (requests, responses, ...)",
                      reason="requests and responses on separate VCs avoid protocol deadlock")
-    credit_flits: int = param(128, unit="flits", lo=1, hi=1 << 20,
-                              help="receive buffer per VC, advertised as flit credits (one credit = one flit slot)",
-                              reason="32 KiB covers 64 GB/s x 300 ns = 18.8 KiB credit round trip "
-                                     "(docs/sources.md §Protocol standards)")
+    credit_flits: int = param(0, unit="flits", lo=0, hi=1 << 20,
+                              help="receive buffer per VC, advertised as flit credits (one credit = one flit slot); "
+                                   "0 = auto: sized from the fabric so that every channel runs at its rate",
+                              reason="auto = max over channels of ceil(1.25 x R / T) x F, R = credit round trip "
+                                     "(packet on the wire + PHY/wire latency + forwarding node's latency and next "
+                                     "flit + UpdateFC coalescing + one flit and PHY/wire latency back), T = wire "
+                                     "time and F = flits of a max-payload packet, 25% margin (fabric/phy.py "
+                                     "credit_pool_needs; docs/sources.md §Protocol standards: credits cover "
+                                     "bandwidth x credit round trip); an explicit value that caps a channel warns")
     credit_update_flits: int = param(8, unit="flits", lo=1, hi=1 << 20,
                                      help="send an UpdateFC once this many credits have been freed",
                                      reason="coalesces credit returns to one per ~2 KiB")
@@ -185,12 +195,17 @@ class EndpointConfig(_Section):
     translation_ns: float = param(20.0, unit="ns", lo=0, hi=1e7,
                                   help="address translation at the ingress port (host -> global -> destination)",
                                   reason="one lookup in an on-chip translation table, a few clock cycles")
-    e2e_window_bytes: int = param(131072, unit="B", lo=1, hi=1 << 40,
+    e2e_window_bytes: int = param(0, unit="B", lo=0, hi=1 << 40,
                                   help="receive space each destination pre-grants each source (preventive "
                                        "end-to-end flow control: a store leaves only into granted space; drained "
-                                       "space is granted back in quarters of the window or when a store ends)",
-                                  reason="covers 64 GB/s x the ~1.1 us data + grant round trip of the longest "
-                                         "sd200 path with headroom; 63 sources x 128 KiB = 8 MiB of HBM each")
+                                       "space is granted back in quarters of the window or when a store ends); "
+                                       "0 = auto: sized from the fabric so that every pair runs at its rate",
+                                  reason="auto = max over source-destination pairs of 1.25 x 4/3 x (B x G + 2 "
+                                         "max payloads), B = the pair's payload rate over its routes, G = data + "
+                                         "grant round trip (zero-load packet latency there, grant latency back), "
+                                         "4/3 for the quarter-window grants, 25% margin (fabric/phy.py "
+                                         "e2e_window_needs); 248 KiB on sd200 (124 GB/s x 1.15 us); an explicit "
+                                         "value that caps a pair warns")
     p2p_forward_ns: float = param(30.0, unit="ns", lo=0, hi=1e7,
                                   help="extra cost when cross-host P2P traffic is forwarded through a shadow port",
                                   reason="one more table lookup and re-tagging in the forwarding port")
@@ -199,8 +214,9 @@ class EndpointConfig(_Section):
 @dataclass(frozen=True)
 class TopologyConfig(_Section):
     """Which fabric to build; builders and presets live in fabric/topology.py and fabric/presets/."""
-    kind: str = param("sd200", unit="choice", choices=("sd200", "accel_mesh", "accel_torus", "scaleout_roce", "link"),
-                      help="topology builder",
+    kind: str = param("sd200", unit="choice",
+                      choices=("sd200", "accel_mesh", "accel_torus", "scaleout_roce", "hgx", "link"),
+                      help="topology builder (hgx: hosts with parallel switch planes and rail-aligned NICs)",
                       reason="the SD200-class host-domain 3D mesh is the reference system")
     switch_mesh_dims: str = param("2x2x2", unit="switches", help="sd200: 3D mesh of host-domain switches, XxYxZ "
                                   "(one fabric switch per host domain; host domains = X*Y*Z)",
@@ -210,8 +226,9 @@ class TopologyConfig(_Section):
                                    help="accelerators per host domain (also per scale-out host)",
                                    reason="8 OAM modules per host, as in 8-way servers; 8 x 8 = 64 "
                                           "(docs/sources.md §SD200 system)")
-    ports_per_accel: int = param(2, unit="ports", lo=1, hi=16,
-                                 help="sd200/scaleout: parallel ports from each accelerator to its domain switch",
+    ports_per_accel: int = param(2, unit="ports", lo=1, hi=1024,
+                                 help="sd200/scaleout/hgx: parallel ports from each accelerator to its domain "
+                                      "switch (hgx: in all, spread over the switch planes)",
                                  reason="2 x8 ports give 128 GB/s per direction and survive one failed port "
                                         "(docs/sources.md §SD200 system: fault pre-isolation); not published [E]")
     links_per_neighbor: int = param(2, unit="links", lo=1, hi=16,
@@ -260,14 +277,71 @@ class TopologyConfig(_Section):
                                              "(docs/sources.md §Protocol standards)")
     eth_cable_m: float = param(3.0, unit="m", lo=0, hi=1000, help="scaleout_roce: NIC-to-switch cable length",
                                reason="in-rack or adjacent-rack DAC/AOC")
+    switch_planes: int = param(1, unit="switches", lo=1, hi=64,
+                               help="hgx: parallel switch chips (planes) per host domain; an accelerator's ports "
+                                    "are spread over them (topology.plane_ports)",
+                               reason="one switch per domain unless a preset describes a multi-chip baseboard "
+                                      "(an HGX H100 board has 4 NVSwitch chips)")
+    plane_ports: str = param("", unit="ports",
+                             help="hgx: ports of each accelerator on each plane, comma-separated (e.g. 5,4,4,5), "
+                                  "summing to ports_per_accel; empty = as even as possible, the first planes "
+                                  "taking one more",
+                             reason="an even split unless the hardware documentation says otherwise")
+    scaleout_switches: str = param("single", unit="choice", choices=("single", "rails"),
+                                   help="scaleout_roce/hgx: one scale-out switch for all NICs (single), or one "
+                                        "switch per rail: NIC i of every host on rail switch i (rails), the rail "
+                                        "switches joined by topology.rail_spines spine switches",
+                                   reason="single keeps the scaleout-roce baseline unchanged; 8-GPU clusters are "
+                                          "cabled rail-optimised (presets set rails)")
+    rail_spines: int = param(1, unit="switches", lo=0, hi=64,
+                             help="scaleout_switches=rails: spine switches above the rail switches (each rail "
+                                  "switch has max(1, hosts / spines) links to every spine; 0 = rail-only, so "
+                                  "GPUs of different rails on different hosts have no network path)",
+                             reason="a rail-optimised leaf/spine fabric: cross-rail traffic crosses a spine; one "
+                                    "spine with as many uplinks per rail as hosts keeps it non-blocking")
 
 
 @dataclass(frozen=True)
 class CollectivesConfig(_Section):
     """Collective library: algorithm selection and local-reduction cost."""
-    policy: str = param("sd200", unit="choice", choices=("sd200", "oneshot", "twoshot", "ring", "halving_doubling"),
-                        help="algorithm selection: size-tiered (sd200) or one fixed algorithm",
+    library: str = param("sd200", unit="choice", choices=("sd200", "nccl-like"),
+                         help="collective library profile: sd200 (tiered optimised library, the keys below) or "
+                              "nccl-like (algorithm x protocol x channels chosen by a tuner; fitted constants in "
+                              "fabric/collectives/library.py, docs/collectives.md)",
+                         reason="the SD200 library is this fabric's own (docs/sources.md §SD200 library); "
+                                "nccl-like is the generic library a cluster runs, fitted on the calibration "
+                                "tables (docs/calibration.md)")
+    policy: str = param("sd200", unit="choice",
+                        choices=("sd200", "auto", "oneshot", "twoshot", "ring", "halving_doubling"),
+                        help="algorithm selection: size-tiered (sd200), the nccl-like tuner (auto; sd200 means "
+                             "the same under nccl-like) or one fixed algorithm",
                         reason="the SD200 library's size-tiered strategy (docs/sources.md §SD200 library)")
+    protocol: str = param("auto", unit="choice", choices=("auto", "LL", "LL128", "Simple"),
+                          help="nccl-like library: protocol of every call (auto: the tuner picks per size); the "
+                               "sd200 library has one protocol and ignores this",
+                          reason="NCCL picks LL / LL128 / Simple per size from its cost model (src/graph/tuning.cc)")
+    ll_max_bw_gbps: float = param(0.0, unit="GB/s", lo=0, hi=1e6,
+                                  help="nccl-like: NCCL's llMaxBw of the GPU architecture (A100 87.7, H100/H200 141, "
+                                       "B200 282); the LL per-GPU cap is k_LL x this; 0 = the profile's 141 (Hopper)",
+                                  reason="an architecture fact of NCCL's tuner (src/graph/tuning.cc llMaxBws); a "
+                                         "preset of another GPU sets it")
+    max_channels: int = param(0, unit="channels", lo=0, hi=64,
+                              help="nccl-like: most channels (rings) of a call; 0 = the profile's 32",
+                              reason="NCCL builds 32 channels on NVSwitch H100/H200/B200 nodes, 24 on A100 "
+                                     "(a topology fact of NCCL's graph search)")
+    net_efficiency: float = param(0.0, unit="ratio", lo=0, hi=1,
+                                  help="nccl-like: fraction of the NIC line rate Simple reaches; 0 = the profile's "
+                                       "InfiniBand 0.752 (RoCE: 0.636)",
+                                  reason="fitted: mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (IB), the H200 RoCE "
+                                         "tables >= 64M (RoCE) (docs/calibration.md)")
+    gpus_per_process: int = param(1, unit="GPUs", lo=1, hi=64,
+                                  help="nccl-like run mode: GPUs one host thread drives (nccl-tests -g N); each "
+                                       "extra GPU adds host_launch_ns to every call",
+                                  reason="one process per GPU is the default of nccl-tests and of frameworks")
+    host_launch_ns: float = param(2554.0, unit="ns", lo=0, hi=1e9,
+                                  help="nccl-like run mode: launch cost per extra GPU of one host thread",
+                                  reason="fitted on 1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (-g 8 floor); "
+                                         "2.53 us on the H200 2x8 table's host (docs/calibration.md)")
     oneshot_max_bytes: int = param(8192, unit="B", lo=0, hi=1 << 40,
                                    help="sd200 policy: AllReduce of at most this many bytes uses one-shot",
                                    reason="[E] the SD200 text puts serving-size messages (the 14,336 B decode "
@@ -367,14 +441,14 @@ def _cross_check(c: FabricConfig) -> None:
                           f"phy.flit_bytes={c.phy.flit_bytes}")
     largest = max(c.txn.max_payload_bytes, c.txn.max_read_request_bytes)
     need = packet_flits(c, largest)
-    if need > c.link.credit_flits:
+    if c.link.credit_flits and need > c.link.credit_flits:     # 0 = auto (fabric.sim.flow_control)
         raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits of buffer but link.credit_flits="
                           f"{c.link.credit_flits}; raise link.credit_flits to >= {need} or lower the payload")
-    if c.endpoint.e2e_window_bytes < c.txn.max_payload_bytes:
+    if c.endpoint.e2e_window_bytes and c.endpoint.e2e_window_bytes < c.txn.max_payload_bytes:
         raise ConfigError(f"endpoint.e2e_window_bytes={c.endpoint.e2e_window_bytes} is smaller than one packet "
                           f"(txn.max_payload_bytes={c.txn.max_payload_bytes}); raise it to >= "
                           f"{c.txn.max_payload_bytes}")
-    if need > c.link.replay_buffer_flits:
+    if c.link.replay_buffer_flits and need > c.link.replay_buffer_flits:
         raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits but link.replay_buffer_flits="
                           f"{c.link.replay_buffer_flits}; raise it to >= {need} or lower the payload")
 

@@ -71,6 +71,8 @@ def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True
           validate: bool = False) -> TaskGraph:
     """Turn `trace` (fabric.trace.Trace or anything with its attributes) into a TaskGraph."""
     cc = collectives_config(cfg)
+    if cc.library == "nccl-like":   # its costs depend on the fabric: keep the whole FabricConfig
+        cc = cfg
     R = int(trace.n_ranks)
     tables = list(trace.ops)
     if len(tables) != R:

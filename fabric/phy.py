@@ -88,3 +88,196 @@ def path_terms(cfg, topo, chans, payload_B: int, packets: int) -> dict:
     ser = max(tlp_total * per_tlpB.max(), 1) + (last_pkt * per_tlpB[1:]).clip(None, flit[1:]).sum()
     return dict(serialisation=ser, phy=float((topo.ch_latency_ps[chans] - wire).sum()), wire=wire * len(chans),
                 switch=float(topo.node_latency_ps[topo.ch_dst[chans[:-1]]].sum()))
+
+
+# ---------------------------------------------------------------- flow control sized from the fabric
+#
+# The kernel takes one credit pool (flits per VC of every channel) and one end-to-end window (bytes per source-
+# destination pair). `link.credit_flits = 0` and `endpoint.e2e_window_bytes = 0` mean "auto": the value that lets
+# every channel and every pair of this topology run at its rate, from the round trips below, which follow the
+# kernel's events (pyx/fabric/_kernel/link.pxi, endpoint.pxi) at zero load.
+
+FC_MARGIN = 1.25
+"""Stated margin of both derived values: 25 % over the zero-load round trip, so that a round trip stretched by a
+quarter (an UpdateFC or grant queued behind traffic, a replay) still does not throttle a channel or pair."""
+
+
+def _arr(topo, name, default=None):
+    """A Topology field, from the dataclass or its as_arrays dict."""
+    return topo.get(name, default) if isinstance(topo, dict) else getattr(topo, name, default)
+
+
+def _channel_timing(cfg, topo):
+    """Per channel: ps per byte of transaction-layer packet, flit time, and wire time of one max-payload packet."""
+    import numpy as np
+    ppb = np.asarray(_arr(topo, "ch_ps_per_byte"), np.float64)
+    per_tlpB = framed(cfg, ppb)                                      # as the kernel: ppb x flit_B / flit payload
+    flit = np.maximum(np.rint(ppb * cfg.phy.flit_bytes), 1)
+    pkt = np.maximum(np.rint((cfg.txn.max_payload_bytes + cfg.txn.header_bytes) * per_tlpB), 1)
+    return per_tlpB, flit, pkt
+
+
+def credit_round_trips(cfg, topo):
+    """Per channel c, the credit round trip R (ps) of a max-payload packet and its wire time T (ps).
+
+    Credits are spent when the packet starts on c; the receiver frees them when the packet's tail has left its
+    buffer: at a rank, on delivery (tail arrival, T + latency); at a forwarding node, when the next channel c' has
+    sent it (head + node latency + T', or tail + flit of c' under cut-through; the slowest c' out of the node). The
+    UpdateFC goes at once if the packet frees >= link.credit_update_flits, else after the coalescing that takes
+    (the next packets' frees, at most link.credit_update_ns), and rides the next flit of the reverse channel
+    (flit + PHY/wire latency)."""
+    import numpy as np
+    src, dst = np.asarray(_arr(topo, "ch_src")), np.asarray(_arr(topo, "ch_dst"))
+    rev = np.asarray(_arr(topo, "ch_rev"))
+    lat = np.asarray(_arr(topo, "ch_latency_ps"), np.float64)
+    node_lat = np.asarray(_arr(topo, "node_latency_ps"), np.float64)
+    n_ranks = int(_arr(topo, "n_ranks", 0))
+    _, flit, T = _channel_timing(cfg, topo)
+    first = np.minimum(T, flit)
+    n_nodes = len(node_lat)
+    # the slowest onward channel of each node: latest free time of a packet it forwards
+    worst_T = np.zeros(n_nodes)
+    worst_first = np.zeros(n_nodes)
+    np.maximum.at(worst_T, src, T)
+    np.maximum.at(worst_first, src, first)
+    forwarded = np.maximum(first + lat + node_lat[dst] + worst_T[dst], T + lat + worst_first[dst])
+    delivered = T + lat
+    forwards = _arr(topo, "node_forwards")
+    fwd = np.ones(n_nodes, bool) if forwards is None else np.asarray(forwards, bool)
+    is_rank = np.arange(n_nodes) < n_ranks
+    free = np.where(fwd[dst], forwarded, 0.0)
+    free = np.maximum(free, np.where(is_rank[dst] | ~fwd[dst], delivered, 0.0))
+    P = packet_flits(cfg, cfg.txn.max_payload_bytes)
+    upd = cfg.link.credit_update_flits
+    coalesce = 0.0 if P >= upd else np.minimum(ps(cfg.link.credit_update_ns), (-(-upd // P) - 1) * T)
+    R = free + coalesce + flit[rev] + lat[rev]
+    return R, T
+
+
+def credit_pool_needs(cfg, topo, margin: float = FC_MARGIN):
+    """Per channel, the credit pool (flits) that keeps it at its rate: R / T max packets in flight, rounded up to
+    whole packets of packet_flits(max payload) credits each, times `margin` (1 = the bare need)."""
+    import numpy as np
+    R, T = credit_round_trips(cfg, topo)
+    P = packet_flits(cfg, cfg.txn.max_payload_bytes)
+    return P * np.ceil(margin * R / T - 1e-9).astype(np.int64)
+
+
+def credit_rate_fraction(cfg, topo, credit_flits: int):
+    """Per channel, the fraction of its rate a pool of `credit_flits` allows (1 = not capped)."""
+    import numpy as np
+    R, T = credit_round_trips(cfg, topo)
+    P = packet_flits(cfg, cfg.txn.max_payload_bytes)
+    return np.minimum(1.0, (credit_flits // P) * T / R)
+
+
+def ack_round_trips(cfg, topo):
+    """Per channel c, the replay-buffer round trip R (ps) of a max-payload packet and its wire time T (ps).
+
+    A unit takes replay-buffer space when it starts on c and frees it when an Ack covering it returns: the receiver
+    counts it at head arrival (first flit + PHY/wire latency), Acks after link.ack_every_packets units or
+    link.ack_timer_ns, whichever comes first (the first unit of a group waits for the rest), and the Ack rides
+    the next flit of the reverse channel."""
+    import numpy as np
+    rev = np.asarray(_arr(topo, "ch_rev"))
+    lat = np.asarray(_arr(topo, "ch_latency_ps"), np.float64)
+    _, flit, T = _channel_timing(cfg, topo)
+    wait = np.minimum(ps(cfg.link.ack_timer_ns), cfg.link.ack_every_packets * T)
+    return np.minimum(T, flit) + lat + wait + flit[rev] + lat[rev], T
+
+
+def replay_buffer_needs(cfg, topo, margin: float = FC_MARGIN):
+    """Per channel, the replay buffer (flits) that keeps it at its rate: `margin` x R / T max packets unacknowledged
+    plus the one the sender checks room for (the kernel sends only while the buffer can take a whole unit)."""
+    import numpy as np
+    R, T = ack_round_trips(cfg, topo)
+    P = packet_flits(cfg, cfg.txn.max_payload_bytes)
+    return P * (np.ceil(margin * R / T - 1e-9).astype(np.int64) + 1)
+
+
+def replay_rate_fraction(cfg, topo, replay_flits: int):
+    """Per channel, the fraction of its rate a replay buffer of `replay_flits` allows (1 = not capped)."""
+    import numpy as np
+    R, T = ack_round_trips(cfg, topo)
+    P = packet_flits(cfg, cfg.txn.max_payload_bytes)
+    return np.minimum(1.0, np.maximum(replay_flits // P - 1, 0) * T / R)
+
+
+def e2e_round_trips(cfg, topo):
+    """Per source-destination pair (R x R arrays): the payload rate B (B/ps) its flows can reach together and the
+    round trip G (ps) of a byte of end-to-end window, 0 where no path joins the pair.
+
+    A store spends window when a packet is carved at the source; the destination owes it back once the packet's
+    tail is delivered (zero-load latency of one max-payload packet along the route, `path_terms`), and the grant
+    comes back after the kernel's return latency (per hop: PHY/wire latency + one flit; the nodes crossed). The
+    pair's window is shared by all its flows (collective channels take different candidate routes), so B is the
+    payload rate of its distinct first channels or of its distinct last channels, whichever is less."""
+    import numpy as np
+    R_ = int(_arr(topo, "n_ranks"))
+    pair_ptr = np.asarray(_arr(topo, "pair_ptr"), np.int64)
+    path_ptr = np.asarray(_arr(topo, "path_ptr"), np.int64)
+    path_ch = np.asarray(_arr(topo, "path_ch"), np.int64)
+    lat = np.asarray(_arr(topo, "ch_latency_ps"), np.float64)
+    node_lat = np.asarray(_arr(topo, "node_latency_ps"), np.float64)
+    dst = np.asarray(_arr(topo, "ch_dst"))
+    _, flit, T = _channel_timing(cfg, topo)
+    n_paths = len(path_ptr) - 1
+    lens = np.diff(path_ptr)
+    ok = lens > 0
+    starts = path_ptr[:-1][ok]
+    hop_lat = lat[path_ch]
+    hop_node = node_lat[dst[path_ch]]
+    first = np.minimum(T, flit)[path_ch]
+    last_idx = path_ptr[1:][ok] - 1
+    lat_sum = np.add.reduceat(hop_lat, starts)
+    node_sum = np.add.reduceat(hop_node, starts) - hop_node[last_idx]     # nodes crossed, not the destination
+    ser = np.maximum.reduceat(T[path_ch], starts)                         # the packet on the slowest hop
+    cut = np.add.reduceat(first, starts) - first[starts]                  # a flit per later hop (cut-through)
+    flit_sum = np.add.reduceat(flit[path_ch], starts)
+    D = np.zeros(n_paths)
+    G = np.zeros(n_paths)
+    D[ok] = ser + cut + lat_sum + node_sum
+    G[ok] = lat_sum + flit_sum + node_sum
+    n_pairs = R_ * R_
+    counts = np.diff(pair_ptr)
+    has = counts > 0
+    first_path = pair_ptr[:-1][has]
+    Dp = np.zeros(n_pairs)
+    Gp = np.zeros(n_pairs)
+    if has.any():                                        # a pair's candidates are contiguous paths
+        Dp[has] = np.maximum.reduceat(D, first_path)
+        Gp[has] = np.maximum.reduceat(G, first_path)
+    Gp = Gp.reshape(R_, R_).T.ravel()                    # the grant of (s, d) travels d -> s
+    rate = cfg.txn.max_payload_bytes / T                 # payload B/ps of each channel at full wire rate
+    pair_of_path = np.repeat(np.arange(n_pairs, dtype=np.int64), counts)[ok]
+    n_ch = len(T)
+    B = np.full(n_pairs, np.inf)
+    for idx in (path_ptr[:-1][ok], path_ptr[1:][ok] - 1):          # first and last channels of every path
+        key = np.sort(pair_of_path * n_ch + path_ch[idx])
+        key = key[np.r_[True, key[1:] != key[:-1]]] if len(key) else key   # distinct (pair, channel)
+        tot = np.bincount(key // n_ch, weights=rate[key % n_ch], minlength=n_pairs)
+        B = np.minimum(B, tot)
+    B[~np.isfinite(B)] = 0.0
+    return B * has, (Dp + Gp) * has
+
+
+def e2e_window_needs(cfg, topo, margin: float = FC_MARGIN):
+    """Per pair, the window (B) that keeps it at its rate: in flight B x G, plus what the destination holds back
+    (grants go in quarters of the window: up to W/4 + one packet owed) and the packet the source waits to fit,
+    so W = 4/3 (B G + 2 max payload); times `margin`, rounded up to whole max payloads (0 where no path)."""
+    import numpy as np
+    B, G = e2e_round_trips(cfg, topo)
+    maxp = cfg.txn.max_payload_bytes
+    need = 4.0 / 3.0 * (B * G + 2 * maxp) * margin
+    return np.where(G > 0, maxp * np.ceil(need / maxp - 1e-9), 0).astype(np.int64), B, G
+
+
+def e2e_rate_fraction(cfg, topo, window_bytes: int):
+    """Per pair, the fraction of its rate a window of `window_bytes` allows (1 = not capped)."""
+    import numpy as np
+    B, G = e2e_round_trips(cfg, topo)
+    maxp = cfg.txn.max_payload_bytes
+    usable = np.maximum(0.75 * window_bytes - 2 * maxp, 0)     # inverse of the need formula above
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(B * G > 0, usable / (B * G), 1.0)
+    return np.minimum(frac, 1.0)

@@ -19,7 +19,7 @@ deterministically.
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 
@@ -217,6 +217,45 @@ def _spread(found: list, k: int) -> list:
     return [found[(i * stride) % n] for i in range(k)]
 
 
+def _select(found: list, k: int) -> list:
+    """The candidates of one pair from its enumerated shortest legal paths.
+
+    Kept as they are when there are at most k and every first hop (source port) and every last hop (destination
+    port) is used equally often: then flows spread evenly over the ports already. Otherwise a greedy choice keeps
+    the use of every channel even: each pick takes the path whose most-used channel is least used so far (then the
+    smallest total use, then the first enumerated). It picks the largest multiple of lcm(F, L) (F source and L
+    destination ports) up to max(k, F, L), so that every port is used the same number of times, or max(k, F, L)
+    when lcm(F, L) is larger; every source port keeps a candidate even where it has more ports than k (18 NVLinks
+    over 4 planes split 5,4,4,5: 18 candidates, one per link, instead of the 82 plane-local port pairs, which would
+    load the 5-port planes 10% more than the 4-port ones).
+    """
+    n = len(found)
+    cf = Counter(p[0] for p in found)
+    cl = Counter(p[-1] for p in found)
+    if n <= k and len(set(cf.values())) == 1 and len(set(cl.values())) == 1:
+        return found
+    m = np.array(found, dtype=np.int64)            # shortest paths: all of one length
+    F, L = len(cf), len(cl)
+    cap = max(k, F, L)
+    want = F * L // int(np.gcd(F, L))
+    K = min(n, (cap // want) * want if want <= cap else cap)
+    ids, inv = np.unique(m, return_inverse=True)
+    inv = inv.reshape(m.shape)
+    use = np.zeros(len(ids), dtype=np.int64)
+    free = np.ones(n, dtype=bool)
+    out = []
+    big = 4 * n * m.shape[1] + 1
+    for _ in range(K):
+        u = use[inv]
+        score = u.max(axis=1) * big + u.sum(axis=1)
+        score[~free] = np.iinfo(np.int64).max
+        i = int(np.argmin(score))
+        free[i] = False
+        use[inv[i]] += 1
+        out.append(found[i])
+    return out
+
+
 def _route_graph(topo: Topology, restrict: bool, max_candidates: int) -> None:
     n, R = topo.n_nodes, topo.n_ranks
     orient = _orientation(topo) if restrict else np.zeros(topo.n_channels, dtype=np.int8)
@@ -275,7 +314,7 @@ def _route_graph(topo: Topology, restrict: bool, max_candidates: int) -> None:
                     if pv >= 0 and dist[pv][v] == want and (v == d or fwd[v]):
                         nxt.append((v, pv, acc + [c]))
                 stack.extend(reversed(nxt))   # depth first, lowest channel id first
-            found = _spread(found, max_candidates)
+            found = _select(found, max_candidates)
             rot = (s + d) % len(found)
             found = found[rot:] + found[:rot]
             counts[s * R + d] = len(found)

@@ -6,6 +6,7 @@ counters.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -41,19 +42,119 @@ def expected_csum(dst: int, src: int, total_B: int, max_payload_B: int) -> int:
                for off in range(0, total_B, max_payload_B)) & _M64
 
 
-def kernel_params(cfg: FabricConfig) -> dict:
-    """The config's scalars in the kernel's units (ps, bytes, flits)."""
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """One `warning: ...` line on stderr (the CLI's style), once per process for the same text."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def _channel_name(topo, c: int) -> str:
+    if hasattr(topo, "channel_name"):
+        return topo.channel_name(c)
+    a = as_arrays(topo)
+    names = a.get("node_names")
+    return f"{names[a['ch_src'][c]]}->{names[a['ch_dst'][c]]}" if names is not None else f"channel {c}"
+
+
+_NEEDS_CACHE: dict = {}
+
+
+def _needs(cfg: FabricConfig, topo) -> dict:
+    """The per-channel and per-pair needs of phy's flow-control sizing, cached per topology object and the config
+    sections they read (a sweep runs many graphs on one topology; 1024 ranks take ~1 s)."""
+    import weakref
+
+    from fabric import phy
+    key = (id(topo), cfg.phy, cfg.link, cfg.txn,         # and the arrays' identity: routing may be redone in place
+           tuple(id(getattr(topo, k, None)) for k in ("path_ch", "pair_ptr", "ch_ps_per_byte", "ch_latency_ps",
+                                                        "node_latency_ps")))
+    hit = _NEEDS_CACHE.get(key)
+    if hit is not None and hit[0]() is topo:
+        return hit[1]
+    arrays = as_arrays(topo)
+    need_w, B, _ = phy.e2e_window_needs(cfg, arrays)
+    got = dict(credit_flits=phy.credit_pool_needs(cfg, arrays),
+               replay_buffer_flits=phy.replay_buffer_needs(cfg, arrays),
+               e2e_window_B=need_w, pair_rate=B)
+    try:
+        ref = weakref.ref(topo)
+    except TypeError:                  # a plain dict of arrays: not cached
+        return got
+    if len(_NEEDS_CACHE) > 64:
+        _NEEDS_CACHE.clear()
+    _NEEDS_CACHE[key] = (ref, got)
+    return got
+
+
+def flow_control(cfg: FabricConfig, topo, *, warn: bool = True) -> dict:
+    """The credit pool, replay buffer and end-to-end window the kernel gets on this topology.
+
+    0 (auto) takes the largest need over channels (credits, replay buffer) or source-destination pairs (window) from
+    fabric.phy.credit_pool_needs / replay_buffer_needs / e2e_window_needs: bandwidth x zero-load round trip plus
+    the stated margin (phy.FC_MARGIN), so no channel or pair is throttled at its rate. An explicit value is used as
+    given; if it caps a channel or pair below its rate, one warning line names the parameter, the worst-capped
+    channel or pair and the rate it is held to. Returns the three values, their auto values and the caps."""
+    from fabric import phy
+    arrays = as_arrays(topo)
+    needs = _needs(cfg, topo)
+    largest = phy.packet_flits(cfg, max(cfg.txn.max_payload_bytes, cfg.txn.max_read_request_bytes))
+    out = {}
+    for key, value, fraction, unit in (
+            ("credit_flits", cfg.link.credit_flits, phy.credit_rate_fraction, "flits"),
+            ("replay_buffer_flits", cfg.link.replay_buffer_flits, phy.replay_rate_fraction, "flits")):
+        need = needs[key]
+        auto = max(int(need.max()) if len(need) else 0, largest)
+        out[key], out[key + "_auto"], out[key + "_cap"] = value or auto, auto, None
+        if value:
+            frac = fraction(cfg, arrays, value)
+            c = int(frac.argmin()) if len(frac) else 0
+            if len(frac) and frac[c] < 1.0 - 1e-9:
+                full = phy.GBps(float(arrays["ch_ps_per_byte"][c]))
+                out[key + "_cap"] = dict(channel=_channel_name(topo, c), gbps=full * frac[c], of_gbps=full)
+                if warn:
+                    _warn_once(f"link.{key}={value} caps {_channel_name(topo, c)} at {full * frac[c]:.0f} GB/s of "
+                               f"{full:.0f} GB/s; use 0 (auto: {auto} {unit} here)")
+    need_w, B = needs["e2e_window_B"], needs["pair_rate"]
+    auto_w = max(int(need_w.max()) if len(need_w) else 0, cfg.txn.max_payload_bytes)
+    window = cfg.endpoint.e2e_window_bytes or auto_w
+    out.update(e2e_window_B=window, e2e_window_B_auto=auto_w, e2e_window_B_cap=None)
+    if cfg.endpoint.e2e_window_bytes:
+        frac = phy.e2e_rate_fraction(cfg, arrays, window)
+        i = int(frac.argmin()) if len(frac) else 0
+        if len(frac) and frac[i] < 1.0 - 1e-9:
+            names = arrays.get("node_names")
+            s, d = divmod(i, int(arrays["n_ranks"]))
+            pair = f"{names[s]}->{names[d]}" if names is not None else f"rank {s}->rank {d}"
+            full = float(B[i]) * 1e3                                  # payload B/ps -> GB/s
+            out["e2e_window_B_cap"] = dict(pair=pair, gbps=full * frac[i], of_gbps=full)
+            if warn:
+                _warn_once(f"endpoint.e2e_window_bytes={window} caps {pair} at {full * frac[i]:.0f} GB/s of its "
+                           f"{full:.0f} GB/s payload rate; use 0 (auto: {auto_w} B here)")
+    return out
+
+
+def kernel_params(cfg: FabricConfig, topo=None) -> dict:
+    """The config's scalars in the kernel's units (ps, bytes, flits), with the flow-control sizes resolved on
+    `topo` (flow_control; default: the topology cfg describes)."""
     link, phy, txn, ep = cfg.link, cfg.phy, cfg.txn, cfg.endpoint
+    if topo is None:
+        from fabric.network import build
+        topo = build(cfg, check=False)
+    fc = flow_control(cfg, topo)
     return dict(
-        seq_bits=link.seq_bits, replay_buffer_flits=link.replay_buffer_flits, ack_every=link.ack_every_packets,
+        seq_bits=link.seq_bits, replay_buffer_flits=fc["replay_buffer_flits"], ack_every=link.ack_every_packets,
         ack_ps=ps(link.ack_timer_ns), replay_ps=ps(link.replay_timer_ns), replay_limit=link.replay_limit,
-        retrain_ps=ps(link.retrain_ns), credit_flits=link.credit_flits, update_flits=link.credit_update_flits,
+        retrain_ps=ps(link.retrain_ns), credit_flits=fc["credit_flits"], update_flits=link.credit_update_flits,
         update_ps=ps(link.credit_update_ns), refresh_ps=ps(link.credit_refresh_ns),
         header_B=txn.header_bytes, max_payload_B=txn.max_payload_bytes, mrrs_B=txn.max_read_request_bytes,
         read_tags=txn.read_tags, flit_B=phy.flit_bytes, flit_overhead_B=phy.flit_overhead_bytes,
         issue_ps=ps(ep.issue_ns), complete_ps=ps(ep.completion_ns), xlate_ps=ps(ep.translation_ns),
         p2p_ps=ps(ep.p2p_forward_ns), watchdog_ps=ps(cfg.sim.watchdog_ns), seed=cfg.sim.seed,
-        fixed_priority=int(cfg.switch.arbitration == "fixed_priority"), e2e_window_B=ep.e2e_window_bytes,
+        fixed_priority=int(cfg.switch.arbitration == "fixed_priority"), e2e_window_B=fc["e2e_window_B"],
     )
 
 
@@ -95,7 +196,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                           f"{topo_arrays['vc_levels']} VC levels need link.vcs >= {need}")
     graph_arrays = as_arrays(graph)
     n_tasks = len(graph_arrays["kind"])
-    eng = kernel.Engine(kernel_params(cfg), topo_arrays, graph_arrays, engine == "analytic")
+    eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, graph_arrays, engine == "analytic")
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
     t0 = time.perf_counter()

@@ -224,38 +224,106 @@ def build_accel_mesh(cfg: FabricConfig, torus: bool = False) -> Topology:
                     mesh_nodes=nodes, rank_router=nodes.copy(), rank_ports=0)
 
 
-def build_scaleout_roce(cfg: FabricConfig) -> Topology:
-    """8-accelerator hosts with an in-host switch; hosts joined by RoCE NICs through one Ethernet switch."""
+def plane_split(cfg: FabricConfig) -> list[int]:
+    """Ports of each accelerator on each switch plane (topology.plane_ports, or an even split)."""
+    t = cfg.topology
+    N, P = t.ports_per_accel, t.switch_planes
+    text = str(t.plane_ports).strip()
+    if not text:
+        if P > N:
+            raise ConfigError(f"topology.switch_planes={P} exceeds topology.ports_per_accel={N}: every plane needs "
+                              f"at least one port of every accelerator")
+        return [N // P + (1 if p < N % P else 0) for p in range(P)]
+    try:
+        split = [int(x) for x in text.replace(" ", "").split(",")]
+    except ValueError:
+        split = []
+    if len(split) != P or any(k < 1 for k in split) or sum(split) != N:
+        raise ConfigError(f"topology.plane_ports={text!r} must list {P} positive port counts (one per switch "
+                          f"plane, topology.switch_planes) summing to topology.ports_per_accel={N}")
+    return split
+
+
+def _build_hosts(cfg: FabricConfig, kind: str) -> Topology:
+    """Hosts of A accelerators on in-host switch plane(s), joined by NICs (shared by scaleout_roce and hgx).
+
+    Node order: accelerators, in-host switches (host-major, then plane), NICs, then the scale-out switches (one
+    Ethernet switch, or the rail switches followed by the spines). scaleout_roce with one plane and one switch
+    keeps the node and link order it always had.
+    """
     t = cfg.topology
     H, A, N, K = t.scaleout_hosts, t.accels_per_domain, t.ports_per_accel, t.nics_per_host
-    if K != A and A % K:
+    hgx = kind == "hgx"
+    P = t.switch_planes if hgx else 1
+    split = plane_split(cfg) if hgx else [N]
+    with_nics = not hgx or H > 1          # a single hgx host has no GPU traffic on its NICs: none are built
+    if with_nics and K != A and A % K:
         raise ConfigError(f"topology.nics_per_host={K} must equal topology.accels_per_domain={A} (one NIC per "
                           f"accelerator) or divide it")
+    rails = t.scaleout_switches == "rails"
     R = H * A
     b = _Builder(cfg)
     for r in range(R):
         b.node(f"acc{r}", ACCEL, domain=r // A)
     sw_lat = ps(cfg.switch.latency_ns)
-    hsw = [b.node(f"hsw{h}", SWITCH, domain=h, latency_ps=sw_lat, forwards=True) for h in range(H)]
-    nic_lat = ps(t.nic_latency_ns)
-    nics = [b.node(f"nic{i}", NIC, domain=i // K, latency_ps=nic_lat, forwards=True) for i in range(H * K)]
-    eth = b.node("eth0", SWITCH, latency_ps=ps(t.eth_switch_latency_ns), forwards=True)
-    p = cfg.phy
-    pcie_lat = ps(p.tx_latency_ns + p.rx_latency_ns)  # on-board PCIe trace, no cable
-    eth_lat = ps(t.eth_phy_latency_ns + t.eth_cable_m * p.wire_ns_per_m)
+    if hgx:
+        hsw = [[b.node(f"nvsw{h}.{p}" if P > 1 else f"nvsw{h}", SWITCH, domain=h, latency_ps=sw_lat,
+                       forwards=True) for p in range(P)] for h in range(H)]
+    else:
+        hsw = [[b.node(f"hsw{h}", SWITCH, domain=h, latency_ps=sw_lat, forwards=True)] for h in range(H)]
     for r in range(R):
-        for _ in range(N):
-            b.link(r, hsw[r // A])
-    for i, nic in enumerate(nics):
-        h = i // K
-        if K == A:   # one NIC per accelerator, attached to it directly (GPUDirect rail)
-            b.link(h * A + i % K, nic, ps_per_byte(t.nic_host_gbps), pcie_lat)
-        else:        # NICs shared by the host, reached through the in-host switch
-            b.link(hsw[h], nic, ps_per_byte(t.nic_host_gbps), pcie_lat)
-        b.link(nic, eth, ps_per_byte(t.nic_gbps), eth_lat)
-    desc = (f"{H} hosts of {A} accelerators with an in-host switch; {K} x {t.nic_gbps:g}G RoCE NIC(s) per host; "
-            f"one Ethernet switch")
-    return b.freeze(f"scaleout-roce-{R}", R, "scaleout_roce", desc)
+        for p in range(P):
+            for _ in range(split[p]):
+                b.link(r, hsw[r // A][p])
+    desc = f"{H} host{'s' if H > 1 else ''} of {A} accelerators, {N} ports each"
+    desc += f" over {P} switch planes ({','.join(map(str, split))})" if P > 1 else " to an in-host switch"
+    if with_nics:
+        nic_lat = ps(t.nic_latency_ns)
+        nics = [b.node(f"nic{i}", NIC, domain=i // K, latency_ps=nic_lat, forwards=True) for i in range(H * K)]
+        out_lat = ps(t.eth_switch_latency_ns)
+        if rails:
+            rail = [b.node(f"rail{k}", SWITCH, latency_ps=out_lat, forwards=True) for k in range(K)]
+            spines = [b.node(f"spine{j}", SWITCH, latency_ps=out_lat, forwards=True) for j in range(t.rail_spines)]
+        else:
+            eth = b.node("eth0", SWITCH, latency_ps=out_lat, forwards=True)
+        p_ = cfg.phy
+        pcie_lat = ps(p_.tx_latency_ns + p_.rx_latency_ns)  # on-board PCIe trace, no cable
+        eth_lat = ps(t.eth_phy_latency_ns + t.eth_cable_m * p_.wire_ns_per_m)
+        net_rate = ps_per_byte(t.nic_gbps)
+        for i, nic in enumerate(nics):
+            h = i // K
+            if K == A:   # one NIC per accelerator, attached to it directly (GPUDirect rail)
+                b.link(h * A + i % K, nic, ps_per_byte(t.nic_host_gbps), pcie_lat)
+            else:        # NICs shared by the host, reached through (one plane of) the in-host switch
+                b.link(hsw[h][(i % K) % P], nic, ps_per_byte(t.nic_host_gbps), pcie_lat)
+            b.link(nic, rail[i % K] if rails else eth, net_rate, eth_lat)
+        if rails:
+            up = max(1, H // max(1, len(spines)))
+            for r_ in rail:
+                for sp in spines:
+                    for _ in range(up):
+                        b.link(r_, sp, net_rate, eth_lat)
+            desc += (f"; {K} NIC{'s' if K > 1 else ''} per host at {t.nic_gbps:g}G on {K} rail switches (NIC i "
+                     f"of every host on rail i), {len(spines)} spine{'s' if len(spines) != 1 else ''}")
+        else:
+            desc += f"; {K} x {t.nic_gbps:g}G NIC(s) per host; one scale-out switch"
+    if not hgx:
+        desc = (f"{H} hosts of {A} accelerators with an in-host switch; {K} x {t.nic_gbps:g}G RoCE NIC(s) per host; "
+                + ("rail switches" if rails else "one Ethernet switch"))
+        return b.freeze(f"scaleout-roce-{R}", R, "scaleout_roce", desc)
+    return b.freeze(f"hgx-{H}x{A}", R, "hgx", desc)
+
+
+def build_scaleout_roce(cfg: FabricConfig) -> Topology:
+    """8-accelerator hosts with an in-host switch; hosts joined by RoCE NICs through one Ethernet switch (or, with
+    topology.scaleout_switches=rails, through rail switches and spines)."""
+    return _build_hosts(cfg, "scaleout_roce")
+
+
+def build_hgx(cfg: FabricConfig) -> Topology:
+    """HGX/DGX-class hosts: every accelerator's ports spread over `switch_planes` parallel in-host switch chips;
+    with more than one host, one NIC per accelerator on rail switches (or one switch)."""
+    return _build_hosts(cfg, "hgx")
 
 
 def build_link(cfg: FabricConfig) -> Topology:
@@ -272,8 +340,93 @@ BUILDERS = {
     "accel_mesh": build_accel_mesh,
     "accel_torus": lambda cfg: build_accel_mesh(cfg, torus=True),
     "scaleout_roce": build_scaleout_roce,
+    "hgx": build_hgx,
     "link": build_link,
 }
+
+
+# ---------------------------------------------------------------- ring order (collectives)
+
+def _snake_key(coord, dims) -> tuple[int, int, int]:
+    """Boustrophedon position of a mesh coordinate: consecutive keys are mesh neighbours."""
+    X, Y, _ = dims
+    x, y, z = (int(v) for v in coord)
+    yy = y if z % 2 == 0 else Y - 1 - y
+    xx = x if (z * Y + yy) % 2 == 0 else X - 1 - x
+    return z, yy, xx
+
+
+def local_index(topo: Topology) -> np.ndarray:
+    """int32[R]: position of every rank among the ranks of its host domain (= its rail where NICs are per GPU)."""
+    R = topo.n_ranks
+    dom = topo.node_domain[:R]
+    out = np.zeros(R, dtype=np.int32)
+    for d in np.unique(dom):
+        members = np.nonzero(dom == d)[0]
+        out[members] = np.arange(len(members), dtype=np.int32)
+    return out
+
+
+def ring_order(topo: Topology, ranks=None) -> list[int]:
+    """Order a group of ranks (default: all) into a ring whose consecutive members are topologically close.
+
+    - Ranks of one host domain stay together (one pass through the domain's switch or switch planes), in the order
+      of their position in the domain.
+    - Domains follow each other in domain order, or along a snake through the router mesh where there is one
+      (consecutive domains are then mesh neighbours).
+    - Between host domains the ring is rail-aligned: it leaves a domain from the GPU at position i and enters the
+      next one at the GPU at position i, so with one NIC per GPU on rail switches every crossing stays on one rail
+      (NCCL's rings do the same). With an even number of domains two rails are used alternately (entry = first
+      position, exit = last); with an odd number (>= 3) a third rail closes the ring. Where the domains' positions
+      differ or are too few, the domains are joined in position order without that guarantee.
+
+    Returns the ranks as a list (a permutation of the input); the ring closes from the last back to the first.
+    """
+    R = topo.n_ranks
+    group = list(range(R)) if ranks is None else [int(r) for r in ranks]
+    if len(set(group)) != len(group):
+        raise ValueError(f"ring_order: ranks must be distinct, got {group}")
+    bad = [r for r in group if not 0 <= r < R]
+    if bad:
+        raise ValueError(f"ring_order: ranks {bad} are outside 0..{R - 1} of {topo.name}")
+    if len(group) <= 2:
+        return sorted(group)
+    if topo.mesh_dims and topo.node_coord is not None and topo.rank_ports == 0:
+        # accelerators are the routers: snake through the mesh (rank number breaks ties)
+        return sorted(group, key=lambda r: (_snake_key(topo.node_coord[r], topo.mesh_dims), r))
+    dom = topo.node_domain
+    loc = local_index(topo)
+    by_dom: dict[int, list[int]] = {}
+    for r in group:
+        by_dom.setdefault(int(dom[r]), []).append(r)
+    if topo.mesh_dims and topo.node_coord is not None:
+        order = sorted(by_dom, key=lambda d: (_snake_key(topo.node_coord[by_dom[d][0]], topo.mesh_dims), d))
+    else:
+        order = sorted(by_dom)
+    groups = [sorted(by_dom[d], key=lambda r: (loc[r], r)) for d in order]
+    N = len(groups)
+    if N == 1:
+        return groups[0]
+    common = sorted(set.intersection(*(set(int(loc[r]) for r in g) for g in groups)))
+    sizes = {len(g) for g in groups}
+    cross = None                      # cross[n]: position of the GPU that leaves group n (enters group n+1)
+    if sizes == {1}:
+        cross = None                  # one rank per domain: nothing to choose
+    elif min(sizes) >= 2 and len(common) >= (2 if N % 2 == 0 else 3):
+        a, b = common[-1], common[0]
+        cross = [a if n % 2 == 0 else b for n in range(N)]
+        if N % 2:
+            cross[-1] = common[1]
+    out: list[int] = []
+    for n, g in enumerate(groups):
+        if cross is None:
+            out.extend(g)
+            continue
+        enter, leave = cross[n - 1], cross[n]
+        first = next(r for r in g if loc[r] == enter)
+        last = next(r for r in g if loc[r] == leave)
+        out.extend([first] + [r for r in g if r not in (first, last)] + [last])
+    return out
 
 
 # ---------------------------------------------------------------- metrics (fabric-probe topology)

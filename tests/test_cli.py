@@ -25,8 +25,11 @@ def test_link_json_has_the_promised_keys(tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["link", "--set", "phy.lane_rate_gbps=-5"], "phy.lane_rate_gbps"),
-    (["link", "--set", "link.credit_flits=0"], "link.credit_flits"),
-    (["link", "--set", "txn.max_payload_bytes=65536"], "link.credit_flits"),
+    (["link", "--set", "link.credit_flits=-1"], "link.credit_flits"),
+    (["link", "--set", "link.credit_flits=8"], "link.credit_flits"),
+    (["link", "--set", "txn.max_payload_bytes=65536", "--set", "link.credit_flits=128"], "link.credit_flits"),
+    (["link", "--set", "txn.max_payload_bytes=65536", "--set", "link.replay_buffer_flits=256"],
+     "link.replay_buffer_flits"),
     (["link", "--ber", "1.5"], "phy.ber"),
     (["link", "--ber", "-1e-9"], "phy.ber"),
     (["link", "--set", "phy.bre=1e-9"], "did you mean phy.ber"),

@@ -97,11 +97,11 @@ def test_bytes_and_steps_match_cost_model(kind, alg, n, nbytes):
 
 def test_one_list_of_kinds_and_algorithms():
     """The registry is the list: the cost model covers exactly its algorithms, the trace format's collective
-    codes name its kinds, and the fixed policies are the AllReduce algorithms."""
+    codes name its kinds, and the fixed policies are the AllReduce algorithms (plus the tiers and the tuner)."""
     assert set(MODELS) == set(CASES)
     assert COLL_NAMES[1:] == KINDS
     policy = {f.name: f for f in dataclasses.fields(CollectivesConfig)}["policy"]
-    assert policy.metadata["choices"] == ("sd200",) + ALGORITHMS["allreduce"]
+    assert policy.metadata["choices"] == ("sd200", "auto") + ALGORITHMS["allreduce"]
 
 
 @pytest.mark.parametrize("kind, alg", [("allreduce", "magic"), ("allgather", "oneshot"), ("allmagic", "direct")])

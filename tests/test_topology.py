@@ -34,6 +34,12 @@ COUNTS = {
     "torus-4x4x4": (64, 0, 0, 192),                    # 3 * 64 ring edges
     "scaleout-roce": (64, 9, 64, 64 * 2 + 64 + 64),    # accel-hsw x2, accel-NIC, NIC-eth
     "link": (2, 0, 0, 1),
+    "dgx-a100": (8, 6, 0, 8 * 12),                     # 12 NVLink3 per GPU over 6 NVSwitch planes, no NICs
+    "dgx-h100": (8, 4, 0, 8 * 18),                     # 18 NVLink4 per GPU over 4 planes
+    "dgx-b200": (8, 2, 0, 8 * 18),                     # 18 NVLink5 per GPU over 2 planes
+    # 2 x 4 planes + 8 rail switches + 1 spine; 18 NVLinks, GPU-NIC, NIC-rail per GPU; 8 rails x 2 uplinks
+    "hgx-h100-2x8-ib": (16, 17, 16, 16 * (18 + 2) + 8 * 2),
+    "hgx-h200-2x8-roce": (16, 17, 16, 16 * (18 + 2) + 8 * 2),
 }
 
 

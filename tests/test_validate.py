@@ -78,7 +78,7 @@ def test_collective_cli_json(tmp_path):
     assert r.exit_code == 0, r.output
     rows = json.loads(out.read_text())
     assert [x["bytes"] for x in rows] == [8192, 16384]
-    assert set(rows[0]) == {"bytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm"}
+    assert set(rows[0]) == {"bytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol", "channels"}
     assert rows[0]["busbw_gbps"] == pytest.approx(rows[0]["algbw_gbps"] * 2 * 7 / 8)
     bad = CliRunner().invoke(collective_cmd, ["--op", "allreduce"])
     assert bad.exit_code == 2

@@ -16,40 +16,63 @@ from fabric.cli.common import (
 )
 
 OPS = ("allreduce", "allgather", "alltoall", "reduce_scatter")   # fabric.tools.collective_probe.OPS, kernel-free
+TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64")   # collective_probe.TYPES
 
 
 @click.command("collective", cls=Command)
 @click.option("--op", type=click.Choice(OPS), required=True)
-@click.option("--bytes", "nbytes", type=int, default=None, help="one size in B (nccl-tests convention)")
-@click.option("--min-bytes", type=int, default=None, help="smallest size of a sweep; sizes double up to --max-bytes")
-@click.option("--max-bytes", type=int, default=None, help="largest size of a sweep")
-@click.option("--algorithm", default=None, help="force an algorithm [default: the configured policy's choice]")
+@click.option("--bytes", "nbytes", default=None, help="one size in B; K/M/G suffixes are powers of 1024 (nccl-tests)")
+@click.option("--min-bytes", default=None,
+              help="smallest size of a sweep (e.g. 8); sizes double up to --max-bytes; K/M/G suffixes allowed")
+@click.option("--max-bytes", default=None, help="largest size of a sweep (e.g. 1G)")
+@click.option("--compare", "compare_path", type=click.Path(dir_okay=False), default=None,
+              help="nccl-tests output file: print predicted/measured per size and the geomean error; without "
+                   "sizes, sweep the sizes the file has")
+@click.option("--type", "dtype", type=click.Choice(TYPES), default="float", show_default=True,
+              help="data type of the count column (nccl-tests -d)")
+@click.option("--algorithm", default=None, help="force an algorithm [default: the configured library's choice]")
 @click.option("--ranks", type=int, default=None, help="group size: ranks 0..N-1 [default: every accelerator]")
 @engine_option()
 @config_options()
 @json_option("write the rows as JSON")
 @friendly
-def collective_cmd(op, nbytes, min_bytes, max_bytes, algorithm, ranks, engine, preset, config_file, sets, seed,
-                   json_path):
+def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, ranks, engine, preset,
+                   config_file, sets, seed, json_path):
     """Time one collective (all ranks start at t = 0; time = until the last rank's output is ready).
 
-    algbw = bytes / time; busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for allgather, reduce_scatter, alltoall.
+    Prints nccl-tests columns (size, count, type, redop, time, algbw, busbw) and the library's algorithm, protocol
+    and channels. algbw = bytes / time; busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for allgather,
+    reduce_scatter, alltoall.
     """
     check_writable(json_path)
     from fabric.errors import ConfigError
-    from fabric.tools.collective_probe import sizes, sweep, table
+    from fabric.tools import nccl_tests
+    from fabric.tools.collective_probe import compare, compare_table, probe_sizes, sweep, table
 
-    if nbytes is not None and (min_bytes is not None or max_bytes is not None):
-        raise ConfigError("give either --bytes or --min-bytes/--max-bytes, not both")
-    if nbytes is None:
-        if min_bytes is None or max_bytes is None:
-            raise ConfigError("give --bytes N or both --min-bytes A and --max-bytes B")
-        byte_sizes = sizes(min_bytes, max_bytes)
-    else:
-        byte_sizes = [nbytes]
+    measured = nccl_tests.read(compare_path) if compare_path else None
+    if measured is not None and measured.op and measured.op != op:
+        raise ConfigError(f"--compare file {compare_path} is a {measured.op} table but --op is {op}")
+    byte_sizes = probe_sizes(nbytes, min_bytes, max_bytes, measured)
     cfg = load(preset, config_file, sets, seed)
     rows = sweep(cfg, op, byte_sizes, algorithm=algorithm, ranks=ranks, engine=engine)
-    click.echo(f"{op} on {preset}, {rows[0]['ranks']} ranks, {engine} engine, policy {cfg.collectives.policy}")
-    click.echo(table(rows))
-    write_json(json_path, [{k: r[k] for k in ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm")}
-                           for r in rows])
+    library = getattr(cfg.collectives, "library", None) or cfg.collectives.policy
+    click.echo(f"{op} on {preset}, {rows[0]['ranks']} ranks, {engine} engine, library {library}")
+    click.echo(table(rows, dtype))
+    out = [{k: r.get(k) for k in ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
+                                  "channels")} for r in rows]
+    if measured is not None:
+        cmp = compare(rows, measured)
+        if measured.ranks and measured.ranks != rows[0]["ranks"]:
+            click.echo(f"note: {compare_path} was measured on {measured.ranks} ranks, the prediction is for "
+                       f"{rows[0]['ranks']} (--ranks, --preset)")
+        click.echo("")
+        click.echo(compare_table(cmp))
+        by_size = {c["bytes"]: c for c in cmp["rows"]}
+        for o in out:
+            if o["bytes"] in by_size:
+                o["measured_us"] = by_size[o["bytes"]]["measured_us"]
+                o["ratio"] = by_size[o["bytes"]]["ratio"]
+        write_json(json_path, dict(rows=out, compare=dict(source=cmp["source"], geomean_error=cmp["geomean_error"],
+                                                          measured_ranks=cmp["ranks"])))
+    else:
+        write_json(json_path, out)

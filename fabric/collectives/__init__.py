@@ -1,6 +1,7 @@
 """Collective algorithms as task-graph fragments, the selection policy, and an alpha-beta cost model.
 
     select(kind, nbytes, n_ranks, cfg) -> algorithm name
+    choose(kind, nbytes, n_ranks, cfg) -> Choice(algorithm, protocol, channels)   (library-aware; see library.py)
     build(kind, algorithm, nbytes, n, cfg=None, root=0, semantics=True) -> Fragment   (fresh)
     template(kind, algorithm, nbytes, n, cfg=None, root=0, semantics=False) -> Fragment   (cached, read-only)
     cost_model(kind, algorithm, nbytes, n, alpha_ns, beta_ns_per_byte) -> Cost
@@ -16,10 +17,12 @@ from __future__ import annotations
 
 import functools
 
+from fabric.collectives import sliced
 from fabric.collectives._frag import FragBuilder, bounds, is_pow2
 from fabric.collectives.cost import Cost, cost_model
-from fabric.collectives.policy import collectives_config, select
-from fabric.collectives.registry import ALGORITHMS, CORES, KINDS
+from fabric.collectives.library import LIBRARIES, PROFILES, PROTOCOLS, Choice, fabric_view, tune
+from fabric.collectives.policy import choose, collectives_config, select
+from fabric.collectives.registry import ALGORITHMS, CORES, KINDS, LIBRARY_ALGORITHMS
 from fabric.errors import ConfigError
 from fabric.taskgraph import Fragment
 
@@ -28,12 +31,18 @@ _SINGLE = {"allreduce": "oneshot", "reduce_scatter": "direct", "allgather": "dir
 
 
 def build(kind: str, algorithm: str, nbytes: int, n: int, cfg=None, root: int = 0,
-          semantics: bool = True) -> Fragment:
-    """A fresh fragment of one collective over group positions 0..n-1 (root: broadcast only)."""
+          semantics: bool = True, choice: Choice | None = None) -> Fragment:
+    """A fresh fragment of one collective over group positions 0..n-1 (root: broadcast only).
+
+    With collectives.library = nccl-like, `cfg` must be the whole FabricConfig (the per-step software cost is the
+    fitted step time less the fabric's own hop latency); `choice` fixes the protocol and channels (default: the
+    tuner's, for this algorithm)."""
     if kind not in CORES:
         raise ConfigError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
-    if algorithm not in CORES[kind]:
-        raise ConfigError(f"{kind} has no algorithm {algorithm!r}; known: {', '.join(ALGORITHMS[kind])}")
+    cc = collectives_config(cfg)
+    extra = LIBRARY_ALGORITHMS.get(cc.library, {}).get(kind, ())
+    if algorithm not in CORES[kind] and algorithm not in extra:
+        raise ConfigError(f"{kind} has no algorithm {algorithm!r}; known: {', '.join(ALGORITHMS[kind] + extra)}")
     n, nbytes = int(n), int(nbytes)
     if n < 1 or nbytes < 0:
         raise ConfigError(f"need n >= 1 and nbytes >= 0, got n={n}, nbytes={nbytes}")
@@ -44,20 +53,40 @@ def build(kind: str, algorithm: str, nbytes: int, n: int, cfg=None, root: int = 
                           f"(the selection policy falls back to ring)")
     if kind == "broadcast" and not 0 <= root < n:
         raise ConfigError(f"broadcast root {root} is outside the group of {n}")
-    cc = collectives_config(cfg)
+    view = None
+    if cc.library == "nccl-like":
+        view = fabric_view(cfg)
+        if choice is None or not choice.protocol:
+            choice = tune(kind, nbytes, n, cfg, view, algorithm=algorithm)
+    else:
+        choice = None
     fb = FragBuilder(kind, algorithm, n, nbytes, cc, semantics=semantics,
-                     root=root if kind == "broadcast" else (0 if kind == "sendrecv" else -1))
+                     root=root if kind == "broadcast" else (0 if kind == "sendrecv" else -1), choice=choice,
+                     view=view)
     start, ready = fb.prologue()
-    core = CORES[kind][_SINGLE.get(kind, algorithm) if n == 1 else algorithm]
+    if algorithm in extra:
+        core = sliced.HIERARCHICAL[kind] if n > 1 else CORES[kind][_SINGLE[kind]]
+    else:
+        core = CORES[kind][_SINGLE.get(kind, algorithm) if n == 1 else algorithm]
+    if choice is not None and algorithm == "ring" and n > 1 and kind in sliced.CORES:
+        core = sliced.CORES[kind]
     out = core(fb, ready, nbytes)
     return fb.finish(start, out)
 
 
-@functools.lru_cache(maxsize=512)
 def template(kind: str, algorithm: str, nbytes: int, n: int, cfg=None, root: int = 0,
-             semantics: bool = False) -> Fragment:
-    """Cached `build` (key: kind, algorithm, nbytes, group size, root, the collectives config, semantics)."""
-    return build(kind, algorithm, nbytes, n, collectives_config(cfg), root=root, semantics=semantics)
+             semantics: bool = False, choice: Choice | None = None) -> Fragment:
+    """Cached `build` (key: kind, algorithm, nbytes, group size, root, the collectives config -- the whole config
+    for the nccl-like library, whose costs depend on the fabric --, semantics, choice)."""
+    cc = collectives_config(cfg)
+    key = cfg if cc.library == "nccl-like" else cc
+    return _template(kind, algorithm, nbytes, n, key, root, semantics, choice)
 
 
-__all__ = ["ALGORITHMS", "KINDS", "Cost", "FragBuilder", "bounds", "build", "cost_model", "select", "template"]
+@functools.lru_cache(maxsize=512)
+def _template(kind, algorithm, nbytes, n, cfg, root, semantics, choice) -> Fragment:
+    return build(kind, algorithm, nbytes, n, cfg, root=root, semantics=semantics, choice=choice)
+
+
+__all__ = ["ALGORITHMS", "KINDS", "LIBRARIES", "PROFILES", "PROTOCOLS", "Choice", "Cost", "FragBuilder", "bounds",
+           "build", "choose", "cost_model", "select", "template"]

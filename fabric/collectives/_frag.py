@@ -38,9 +38,16 @@ def is_pow2(n: int) -> bool:
 
 
 class FragBuilder:
-    def __init__(self, kind: str, algorithm: str, n: int, nbytes: int, cc, semantics: bool = True, root: int = -1):
+    def __init__(self, kind: str, algorithm: str, n: int, nbytes: int, cc, semantics: bool = True, root: int = -1,
+                 choice=None, view=None):
         self.kind, self.algorithm, self.n, self.nbytes, self.cc = kind, algorithm, int(n), int(nbytes), cc
         self.semantics, self.root = semantics, root
+        # nccl-like library (fabric/collectives/library.py): a protocol, a channel count and the fabric view that
+        # turns fitted per-step times into software-only costs; "" = the sd200 library (one protocol)
+        self.protocol = choice.protocol if choice is not None else ""
+        self.choice, self.view = choice, view
+        self.stripe = True      # nccl-like: stripe a store over the choice's channels (rings stripe by channel)
+        self._sw: dict = {}
         self.m = 0
         self._c: dict[str, list] = {k: [] for k in ("kind", "rank", "peer", "stream", "nbytes", "dur", "op",
                                                       "dst_buf", "dst_off", "length", "n_src", "src_buf",
@@ -91,18 +98,50 @@ class FragBuilder:
     def compute(self, rank, ns: float) -> np.ndarray:
         return self._add(COMPUTE, rank, stream=0, dur=ps(ns))
 
-    def wait(self, rank) -> np.ndarray:
-        """A wait point: poll flags then continue (COMPUTE of step_ns, or a JOIN when it is 0)."""
+    def compute_delay(self, rank, ns: float) -> np.ndarray:
+        """A stream-less COMPUTE: a delay on a dependency path that occupies nothing."""
+        return self._add(COMPUTE, rank, stream=-1, dur=int(round(ns * PS_PER_NS)))
+
+    def wait(self, rank, src=None, pay: bool = True) -> np.ndarray:
+        """A wait point: poll flags then continue (COMPUTE of step_ns, or a JOIN when it is 0). With a protocol
+        (nccl-like) the cost is the protocol's per-step software time after the hop src -> rank (src defaults to
+        rank - 1), and `pay=False` (a later slice of a pipelined step) makes it a JOIN."""
+        if self.protocol:
+            rank = np.atleast_1d(np.asarray(rank, np.int64))
+            if not pay:
+                return self.join(rank)
+            src = (rank - 1) % self.n if src is None else np.broadcast_to(np.asarray(src, np.int64), rank.shape)
+            # after a hop through a NIC the software time is a delay on the data path (xfer), not rank time
+            dur = np.array([0.0 if self.crosses(int(s), int(d)) else self.software_ns(int(s), int(d))
+                            for s, d in zip(src, rank)])
+            # stream-less: channels run in parallel (their own SMs); the wait sequence of a channel orders them
+            return self._add(COMPUTE, rank, stream=-1, dur=np.rint(dur * PS_PER_NS).astype(np.int64))
         if self.cc.step_ns > 0:
             return self.compute(rank, self.cc.step_ns)
         return self.join(rank)
+
+    def crosses(self, s: int, d: int) -> bool:
+        key = (s, d, "net")
+        if key not in self._sw:
+            self._sw[key] = s != d and self.view.crosses_nic(s, d)
+        return self._sw[key]
+
+    def software_ns(self, s: int, d: int) -> float:
+        """nccl-like: per-step software after hop s -> d (fitted step time minus the fabric's own latency)."""
+        key = (s, d)
+        if key not in self._sw:
+            from fabric.collectives.library import step_software_ns
+            self._sw[key] = step_software_ns(self.view, self.protocol, s, d) if s != d else 0.0
+        return self._sw[key]
 
     def step(self, ranks, partner, after, length, src_buf, src_off, dst_buf, dst_off) -> np.ndarray:
         """One step of a ring or pairwise algorithm: each of `ranks`, after `after`, stores into the buffer of
         ranks[partner] and then waits until the store addressed to it has been seen. Returns the waits, per rank."""
         issue, seen = self.xfer(ranks, ranks[partner], length, src_buf, src_off, dst_buf, dst_off)
         self.edge(after, issue)
-        w = self.wait(ranks)
+        inv = np.empty(len(partner), np.int64)
+        inv[np.asarray(partner)] = np.arange(len(partner))
+        w = self.wait(ranks, src=np.asarray(ranks)[inv])
         self.edge(seen, w[partner])
         self.edge(after, w)
         return w
@@ -110,11 +149,29 @@ class FragBuilder:
     def xfer(self, src, dst, length, src_buf, src_off, dst_buf, dst_off) -> tuple[np.ndarray, np.ndarray]:
         """Data stores src -> dst. Returns (issue ids: add the sender's dependencies here, seen ids: the receiver
         depends on these). Stores of at least `channel_min_bytes` are striped over `channels` flows (one per
-        accelerator port, as NCCL channels are), between a JOIN on each side."""
+        accelerator port, as NCCL channels are), between a JOIN on each side. nccl-like: a store through a NIC is
+        seen after a delay (stream-less COMPUTE on the receiver) of the network step's software time (proxy, RDMA
+        post: a latency on the data path, so pipelined steps do not serialise on it)."""
+        issue, seen = self._xfer(src, dst, length, src_buf, src_off, dst_buf, dst_off)
+        self.landed = seen      # the stores' own completion (before any delay): a sender's flow-control window
+        if self.protocol:
+            s, d = np.broadcast_arrays(np.atleast_1d(np.asarray(src, np.int64)), np.asarray(dst, np.int64))
+            net = np.array([self.crosses(int(a), int(b)) for a, b in zip(s, d)], bool)
+            if net.any():
+                k = np.flatnonzero(net)
+                dur = np.array([self.software_ns(int(s[i]), int(d[i])) for i in k])
+                dl = self._add(COMPUTE, d[k], stream=-1, dur=np.rint(dur * PS_PER_NS).astype(np.int64))
+                self.edge(seen[k], dl)
+                seen = seen.copy()
+                seen[k] = dl
+        return issue, seen
+
+    def _xfer(self, src, dst, length, src_buf, src_off, dst_buf, dst_off) -> tuple[np.ndarray, np.ndarray]:
         src, dst, length = np.broadcast_arrays(np.atleast_1d(np.asarray(src, np.int64)), np.asarray(dst, np.int64),
                                                np.asarray(length, np.int64))
-        k = self.cc.channels
-        wide = (length >= max(self.cc.channel_min_bytes, k)) if k > 1 else np.zeros(src.shape, bool)
+        k = (self.choice.channels if self.stripe else 1) if self.protocol else self.cc.channels
+        lim = k if self.protocol else max(self.cc.channel_min_bytes, k)
+        wide = (length >= lim) if k > 1 else np.zeros(src.shape, bool)
         if not wide.any():
             return self._store(src, dst, length, src_buf, src_off, dst_buf, dst_off)
         cols = [np.broadcast_to(np.asarray(v, np.int64), src.shape) for v in (src_buf, src_off, dst_buf, dst_off)]
@@ -142,6 +199,12 @@ class FragBuilder:
         """One flow per store (see xfer)."""
         cc = self.cc
         src_off = np.broadcast_to(np.asarray(src_off, np.int64), src.shape)
+        if self.protocol:      # the protocol's wire format: LL/LL128 lines carry their flags, Simple a trailing one
+            from fabric.collectives.library import wire_nbytes
+            ids = self._add(TRANSFER, src, peer=dst, nbytes=wire_nbytes(self.protocol, length, cc.flag_bytes),
+                            op=STORE, dst_buf=dst_buf, dst_off=dst_off, length=length, src_buf=src_buf,
+                            src_off=src_off, data=True)
+            return ids, ids
         if cc.fold_flags:
             ids = self._add(TRANSFER, src, peer=dst, nbytes=length + cc.flag_bytes, op=STORE, dst_buf=dst_buf,
                             dst_off=dst_off, length=length, src_buf=src_buf, src_off=src_off, data=True)
@@ -163,7 +226,9 @@ class FragBuilder:
         length = np.broadcast_to(np.asarray(length, np.int64), rank.shape)
         touched = (k + 1) * length
         cc = self.cc
-        dur = np.rint(touched * ps_per_byte_GBps(cc.reduce_gbps) + cc.reduce_kernel_ns * PS_PER_NS)
+        # nccl-like: the reduction is fused into the protocol's copy loop; its fixed cost is inside h_p
+        kern = 0.0 if self.protocol else cc.reduce_kernel_ns
+        dur = np.rint(touched * ps_per_byte_GBps(cc.reduce_gbps) + kern * PS_PER_NS)
         dur = dur.astype(np.int64)
         sb = np.asarray(src_buf, np.int8)
         sb = np.broadcast_to(sb.reshape(1, -1) if sb.ndim == 1 else sb, so.shape)
@@ -175,8 +240,12 @@ class FragBuilder:
         """start JOIN per rank, then the launch cost. Returns (start ids, ready ids) indexed by rank."""
         r = np.arange(self.n)
         start = self.join(r)
-        if self.cc.launch_ns > 0:
-            ready = self.compute(r, self.cc.launch_ns)
+        launch = self.cc.launch_ns
+        if self.protocol:
+            from fabric.collectives.library import launch_ns
+            launch = launch_ns(self.cc)
+        if launch > 0:
+            ready = self.compute(r, launch)
             self.edge(start, ready)
         else:
             ready = start

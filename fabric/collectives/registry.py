@@ -11,3 +11,7 @@ CORES = {"allreduce": allreduce.CORES, "allgather": allgather.CORES, "reduce_sca
          "alltoall": alltoall.CORES, "broadcast": broadcast.CORES, "sendrecv": p2p.CORES}
 KINDS = tuple(CORES)
 ALGORITHMS = {kind: tuple(cores) for kind, cores in CORES.items()}
+
+# Algorithms only a library profile builds (they need the fabric: fabric/collectives/library.py, sliced.py). Not in
+# ALGORITHMS: the sd200 library, the cost model and fixed policies do not know them.
+LIBRARY_ALGORITHMS = {"nccl-like": {"allreduce": ("hierarchical",)}}

@@ -198,6 +198,10 @@ SENSITIVITY = (  # (label, parameter or "chip.fixed_kernel_ns", base value gette
 )
 
 
+_AUTO = {"link.credit_flits": "credit_flits", "link.replay_buffer_flits": "replay_buffer_flits",
+         "endpoint.e2e_window_bytes": "e2e_window_B"}
+
+
 def sensitivity(engine: str = "packet", factors=(0.5, 1.5)) -> list[dict]:
     """TPOT and the 14,336 B AllReduce at each parameter x 0.5 and x 1.5 (the rest at defaults)."""
     from fabric.capture import load_chip
@@ -213,6 +217,8 @@ def sensitivity(engine: str = "packet", factors=(0.5, 1.5)) -> list[dict]:
         else:
             s, f = key.split(".")
             base = getattr(getattr(sd, s), f)
+            if base == 0 and key in _AUTO:      # 0 = sized from the fabric: vary the value sd200 resolves to
+                base = sim.flow_control(sd, build(sd), warn=False)[_AUTO[key]]
         row["base"] = base
         for fac in factors:
             v = base * fac

@@ -1,0 +1,405 @@
+"""Named collective-library profiles, protocols, the fabric's own per-hop latency, and the nccl-like tuner.
+
+`collectives.library` selects a profile:
+- `sd200`: the tiered optimised library (policy sd200 size tiers, launch_ns / step_ns of [collectives]); nothing in
+  this module changes what it builds.
+- `nccl-like`: the generic library a cluster runs: algorithm x protocol x channels, chosen per call by `tune` from
+  an analytic cost model fed with the fabric's bandwidth and zero-load latency, as NCCL's tuner does.
+
+Software vs fabric (nothing counted twice). The constants of the nccl-like profile were fitted (issue 16, model and
+fit in docs/calibration.md) as per-step times h_p that INCLUDE the one-way delivery over the hop. The packet and
+analytic engines simulate that delivery themselves, so a wait point of protocol p after a hop s -> d costs
+
+    software(p, s, d) = h_p [+ d_net (+ F_S for Simple) if the hop crosses a NIC] - t_fab(s, d),   clamped >= 0
+
+where t_fab is the fabric's own zero-load one-way latency of a small store s -> d (issue, translation, path,
+completion: the latency probe's model, fabric.phy.path_terms). Inside a domain it is a wait on the rank's channel;
+through a NIC a delay on the data path (the proxy's latency: pipelined steps do not queue behind it). Launch
+(`launch_ns`, plus host_launch_ns per extra GPU of a `-g N` run) is pure software. A negative
+software cost means the simulated fabric is slower than the measured per-step time by itself: it is clamped at 0
+and a warning names the protocol and both figures.
+
+Protocols (NCCL's, src/include/device.h): LL moves 8 B lines of 4 B data + 4 B flag (wire efficiency 0.5), LL128
+128 B lines of 120 B data (120/128), Simple raw data plus a trailing flag (1.0). The flag of LL/LL128 is inside the
+lines, so their transfers carry no extra flag bytes.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from fabric.errors import ConfigError
+
+LIBRARIES = ("sd200", "nccl-like")
+PROTOCOLS = ("LL", "LL128", "Simple")
+WIRE_EFF = {"LL": 0.5, "LL128": 120.0 / 128.0, "Simple": 1.0}
+
+
+@dataclass(frozen=True)
+class Const:
+    """One profile value: what it is, its unit, why it has this value, and the data it was fitted on."""
+    value: float
+    unit: str
+    help: str
+    reason: str
+    source: str = ""
+
+
+_FIT = "fitted (issue 16: log-space least squares over all calibration tables, each table weighted equally)"
+_CAL = "/work/shared/calibration/"
+
+# The nccl-like profile. Fitted constants name the calibration file(s) that determine them (docs/calibration.md);
+# NCCL facts name NCCL's source; no H100 measurement was used.
+NCCL_LIKE = {
+    "launch_ns": Const(8527.0, "ns", "per-call launch + kernel prologue + completion, one GPU per host thread; "
+                       "pure software, no fabric time", _FIT,
+                       "mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (1x8 and 2x1, 1 KB), "
+                       "2node_1xH200_RoCE_gke_dranet.txt (8 B-8 KB)"),
+    "h_LL_ns": Const(682.0, "ns", "per ring/tree step, LL, intra-node, INCLUDING the hop's one-way delivery "
+                     "(the simulator subtracts its own)", _FIT,
+                     "1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (floor), mscclpp (AR/AG/A2A 1 KB), "
+                     "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt"),
+    "h_LL128_ns": Const(2740.0, "ns", "per step, LL128, intra-node, including the hop's delivery", _FIT,
+                        "1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (1M-8M)"),
+    "h_Simple_ns": Const(3219.0, "ns", "per step, Simple (slice handshake: wait credit, write, fence, post), "
+                         "including the hop's delivery", _FIT,
+                         "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt (64K-1M), "
+                         "1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (16M+)"),
+    "d_net_ns": Const(7807.0, "ns", "extra per network step (proxy poll + RDMA post + NIC/switch/wire) over the "
+                      "protocol's NVLink step", _FIT,
+                      "mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (2x1, 2x8 1 KB), "
+                      "2node_8xH200_RoCE400G_spectrumx_openshift.txt"),
+    "F_Simple_net_ns": Const(86925.0, "ns", "extra per network step of a Simple schedule, once per call "
+                             "(proxy chunk-pipeline start-up)", _FIT + "; weakly identified (two optima)",
+                             "2node_1xH200_RoCE_gke_dranet.txt (>=64M), "
+                             "2node_8xH200_RoCE400G_spectrumx_openshift.txt (>=64M)"),
+    "k_LL": Const(0.454, "ratio", "LL per-GPU payload cap = k_LL x llMaxBw[arch] (SM-bound); tuner only", _FIT,
+                  "1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (128K-512K), B200 table (8K-32K)"),
+    "ll_max_bw_gbps": Const(141.0, "GB/s", "NCCL llMaxBw of the architecture (Hopper 141; A100 87.7, B200 282); "
+                            "only k_LL x this is used", "NCCL src/graph/tuning.cc llMaxBws (ratio between arches)"),
+    "eta_nvl": Const(0.746, "ratio", "fraction of the scale-up link rate Simple reaches (tuner only)", _FIT,
+                     "1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (16M-128M), mscclpp 1x8 1 GiB"),
+    "eta_net": Const(0.752, "ratio", "fraction of the NIC line rate Simple reaches, InfiniBand (RoCE: 0.636); "
+                     "tuner only", _FIT, "mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (2x1, 2x8, 1G/4G)"),
+    "g_nLL": Const(0.285, "ratio", "LL rate over a NIC relative to Simple's (tuner only)",
+                   _FIT + "; bound >= 0.1 is a prior", "2node_1xH200_RoCE_gke_dranet.txt (8K-32K), "
+                   "2node_8xH200_RoCE400G_spectrumx_openshift.txt (16K-1M)"),
+    "g_nLL128": Const(0.664, "ratio", "LL128 rate over a NIC relative to Simple's (tuner only)", _FIT,
+                      "2node_1xH200_RoCE_gke_dranet.txt (64K-8M), 2node_8xH200_RoCE400G_spectrumx_openshift.txt"),
+    "max_channels": Const(32, "channels", "most channels (rings) a call uses; NCCL's rule drops channels for "
+                          "small calls", "NCCL on NVSwitch H100/H200/B200 nodes builds 32 (A100: 24); the H200 2x8 "
+                          "table ran NCCL_MIN_NCHANNELS=32"),
+    "slice_LL_bytes": Const(65536, "B", "payload per channel per pipelined slice, LL",
+                            "NCCL: LL buffer 512 KiB of 16 B lines / NCCL_STEPS 8 = 32 KiB payload per step, "
+                            "2 steps per slice (ALLREDUCE_SLICESTEPS)"),
+    "slice_LL128_bytes": Const(1152000, "B", "payload per channel per slice, LL128",
+                               "NCCL: LL128 buffer 120 x 640 x 8 x 8 B / 8 steps = 600 KiB of lines, 120/128 "
+                               "payload, 2 steps per slice"),
+    "slice_Simple_bytes": Const(1 << 20, "B", "payload per channel per slice, Simple",
+                                "NCCL: 4 MiB buffer / 8 steps = 512 KiB per step, 2 steps per slice"),
+    "slices_in_flight": Const(8, "slices", "sends a rank keeps in flight along its ring (a send waits for the "
+                              "landing of the send this many places earlier)",
+                              "NCCL keeps up to NCCL_STEPS = 8 steps in flight per connection (src/include/"
+                              "device.h)"),
+    "o_p2p_ns": Const(4981.0, "ns", "alltoall: the proxy's post of one send to a peer through a NIC (a rank's "
+                      "remote sends are posted one after the other)", _FIT,
+                      "mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (alltoall 1 KB, 2x1 and 2x8)"),
+    "p2p_ll_max_bytes": Const(16384, "B", "alltoall / broadcast use LL when the bytes per peer are at most this",
+                              "NCCL P2P_LL_THRESHOLD (src/enqueue.cc)"),
+}
+
+# NCCL enqueue.cc: drop channels while nBytes < nc * nthreads * threshold (thresholds per protocol; ring LL x n)
+_NT_MAX = {"LL": 512, "LL128": 640, "Simple": 512}
+_THREAD_THR = {"LL": 8, "LL128": 8, "Simple": 64}
+
+# What `collectives.library = sd200` means: today's [collectives] defaults (fabric/config.py carries each reason).
+SD200 = {"policy": "sd200 (oneshot <= oneshot_max_bytes < twoshot <= twoshot_max_bytes < ring)",
+         "protocol": "one (raw stores + a folded flag)", "launch_ns": "collectives.launch_ns",
+         "step_ns": "collectives.step_ns", "channels": "collectives.channels (>= channel_min_bytes)"}
+PROFILES = {"sd200": SD200, "nccl-like": NCCL_LIKE}
+
+
+# profile values a [collectives] key may override (architecture / fabric / run facts; 0 = keep the profile's)
+_CONFIG_KEYS = {"ll_max_bw_gbps": "ll_max_bw_gbps", "max_channels": "max_channels", "eta_net": "net_efficiency"}
+
+
+def value(key: str, cc=None) -> float:
+    """A profile value; with a CollectivesConfig `cc`, its non-zero override where one exists."""
+    if cc is not None and key in _CONFIG_KEYS:
+        v = getattr(cc, _CONFIG_KEYS[key], 0)
+        if v:
+            return v
+    return NCCL_LIKE[key].value
+
+
+def launch_ns(cc) -> float:
+    """Per-call launch: the fitted software launch, plus the host's cost per extra GPU of a -g N run."""
+    return value("launch_ns") + (cc.gpus_per_process - 1) * cc.host_launch_ns
+
+
+def check_library(name: str) -> str:
+    if name not in LIBRARIES:
+        raise ConfigError(f"collectives.library={name!r} is not a known library; use one of {', '.join(LIBRARIES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the library runs for one call."""
+    algorithm: str
+    protocol: str = ""     # "" for the sd200 library (one protocol)
+    channels: int = 0      # flows per store; 0 = the sd200 rule (collectives.channels above channel_min_bytes)
+
+
+def wire_nbytes(protocol: str, length, flag_bytes: int):
+    """Bytes a transfer of `length` payload puts on the fabric under `protocol` (numpy or int)."""
+    if protocol == "LL":      # 8 B lines of 4 B data + 4 B flag; a transfer of nothing still sends one flagged line
+        return np.maximum(-(-np.asarray(length) // 4), 1) * 8
+    if protocol == "LL128":   # 128 B lines of 120 B data (the flag rides in the line's last 8 B)
+        return np.maximum(-(-np.asarray(length) // 120), 1) * 128
+    return np.asarray(length) + flag_bytes
+
+
+# ---------------------------------------------------------------- the fabric's own latency and bandwidth
+
+@functools.lru_cache(maxsize=8)
+def _network(cfg):
+    from fabric.network import build
+    return build(cfg)
+
+
+class FabricView:
+    """Zero-load per-hop latency and per-rank bandwidth of the configured fabric, for positions 0..n-1 = ranks."""
+
+    def __init__(self, cfg, topo=None):
+        self.cfg = cfg
+        self.topo = _network(cfg) if topo is None else topo
+        self._hop: dict = {}
+
+    def hop_ps(self, s: int, d: int, payload: int = 64) -> int:
+        """Zero-load one-way latency of a `payload`-byte store s -> d (issue .. completion), as the latency probe
+        models it (first route candidate)."""
+        key = (s, d, payload)
+        if key not in self._hop:
+            from fabric.phy import path_terms, ps
+            cfg, t = self.cfg, self.topo
+            chans = t.paths(s, d)[0]
+            pk = max(1, -(-payload // cfg.txn.max_payload_bytes))
+            ep = cfg.endpoint
+            cross = t.node_domain[s] != t.node_domain[d]
+            tot = ps(ep.issue_ns) + ps(ep.translation_ns) + (ps(ep.p2p_forward_ns) if cross else 0)
+            tot += sum(path_terms(cfg, t, chans, payload, pk).values()) + ps(ep.completion_ns)
+            self._hop[key] = int(round(tot))
+        return self._hop[key]
+
+    def crosses_nic(self, s: int, d: int) -> bool:
+        from fabric.topology import NIC
+        t = self.topo
+        chans = t.paths(s, d)[0]
+        return bool((t.node_kind[t.ch_dst[chans]] == NIC).any())
+
+    def rank_gbps(self, r: int = 0) -> float:
+        """Payload GB/s rank r can inject over its scale-up ports (NIC links excluded)."""
+        from fabric.phy import GBps
+        from fabric.topology import NIC
+        t = self.topo
+        out = (t.ch_src == r) & (t.node_kind[t.ch_dst] != NIC)
+        if not out.any():
+            out = t.ch_src == r
+        return float(GBps(t.ch_ps_per_byte[out]).sum())
+
+    def nic_gbps(self, r: int = 0) -> float:
+        """GB/s of rank r's path out of its node (the slowest channel of a route to a rank across a NIC), 0 if
+        none."""
+        from fabric.phy import GBps
+        t = self.topo
+        for d in range(t.n_ranks):
+            if d != r and self.crosses_nic(r, d):
+                return float(GBps(t.ch_ps_per_byte[t.paths(r, d)[0]].max()))
+        return 0.0
+
+
+def step_software_ns(view: FabricView, protocol: str, s: int, d: int, payload: int = 64) -> float:
+    """Per-step software time of `protocol` after the hop s -> d: fitted step time minus the fabric's own."""
+    h = value(f"h_{protocol}_ns")
+    if view.crosses_nic(s, d):
+        h += value("d_net_ns") + (value("F_Simple_net_ns") if protocol == "Simple" else 0.0)
+    fab = view.hop_ps(s, d, payload) / 1000.0
+    sw = h - fab
+    if sw < 0:
+        warnings.warn(f"nccl-like {protocol}: the fabric's own one-way latency {fab:.0f} ns (rank {s} -> {d}) "
+                      f"exceeds the measured per-step time {h:.0f} ns; per-step software clamped to 0",
+                      stacklevel=2)
+        sw = 0.0
+    return sw
+
+
+def inject_gbps(view: FabricView, protocol: str, s: int, d: int) -> float:
+    """Payload GB/s one GPU's copy loop can push on hop s -> d with `protocol`, all channels together: the fitted
+    fraction of the link (or NIC) rate the GPU/proxy side reaches. It paces the library's stores; links keep their
+    spec rate (a wire-format loss is already in the inflated wire bytes)."""
+    if view.crosses_nic(s, d):
+        r = view.nic_gbps(s) * value("eta_net", view.cfg.collectives)
+        return r if protocol == "Simple" else r * value(f"g_n{protocol}")
+    B = view.rank_gbps(s) * value("eta_nvl")
+    if protocol == "LL":
+        return min(0.5 * B, value("k_LL") * value("ll_max_bw_gbps", view.cfg.collectives))
+    return B * WIRE_EFF[protocol]
+
+
+# ---------------------------------------------------------------- tuner
+
+def nccl_channels(nbytes: int, protocol: str, n: int, algorithm: str = "ring", cc=None) -> int:
+    """NCCL's rule (enqueue.cc): drop channels while nBytes < nc * nthreads * threshold."""
+    nc = int(value("max_channels", cc))
+    thr = _THREAD_THR[protocol] * (n if protocol == "LL" and algorithm == "ring" else 1)
+    while nc > 1 and nbytes < nc * _NT_MAX[protocol] * thr:
+        nc -= 1
+    return nc
+
+
+def ring(view: FabricView | None, n: int, channel: int = 0) -> list[int]:
+    """The ring of one channel over positions 0..n-1 (= ranks 0..n-1 of the fabric): fabric.topology.ring_order
+    (domains kept together, rail-aligned crossings), or rank order without a fabric view. Channel c shifts every
+    rank to the rank c places further in its domain (same domain sizes only), so that the rings of different
+    channels cross between domains on different rails, as NCCL's channels do."""
+    if view is None or n > view.topo.n_ranks or n <= 2:
+        return list(range(n))
+    from fabric.topology import ring_order
+    base = [int(r) for r in ring_order(view.topo, list(range(n)))]
+    if channel == 0 or _domains(view, n) is None:   # shift only where NIC rails join the domains
+        return base
+    dom = view.topo.node_domain[:n]
+    members = {int(d): [r for r in range(n) if dom[r] == d] for d in np.unique(dom)}
+    if len({len(m) for m in members.values()}) != 1 or len(members) == 1:
+        return base
+    shift = {}
+    for m in members.values():
+        for i, r in enumerate(m):
+            shift[r] = m[(i + channel) % len(m)]
+    return [shift[r] for r in base]
+
+
+def _ring_hops(view: FabricView, n: int):
+    o = ring(view, n)
+    return [(o[i], o[(i + 1) % n]) for i in range(n)]
+
+
+def _domains(view: FabricView, n: int):
+    """(domains N, ranks per domain g) when ranks 0..n-1 form >= 2 equal domains of >= 2 that a NIC joins."""
+    t = view.topo
+    if n > t.n_ranks:
+        return None
+    dom = t.node_domain[:n]
+    ids, cnt = np.unique(dom, return_counts=True)
+    if len(ids) < 2 or len(set(cnt.tolist())) != 1 or cnt[0] < 2:
+        return None
+    first = [int(np.flatnonzero(dom == d)[0]) for d in ids[:2]]
+    if not view.crosses_nic(first[0], first[1]):
+        return None
+    return len(ids), int(cnt[0])
+
+
+def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, view: FabricView) -> float:
+    """Analytic time of one call (the tuner's cost model): launch + steps x per-step time + bytes / rate.
+    Per-step time is the fitted h_p (it already includes the hop); rates are the fabric's link and NIC rates times
+    the fitted efficiencies and the protocol's wire efficiency."""
+    M = float(nbytes)
+    cc = view.cfg.collectives
+    L = launch_ns(cc)
+    if n <= 1:
+        return L
+    hops = _ring_hops(view, n)
+    net = [view.crosses_nic(s, d) for s, d in hops]
+    h = value(f"h_{protocol}_ns")
+    hn = h + value("d_net_ns") + (value("F_Simple_net_ns") if protocol == "Simple" else 0.0)
+    mean_h = sum(hn if x else h for x in net) / n
+    B = view.rank_gbps(0) * value("eta_nvl")
+    if protocol == "LL":
+        B = min(0.5 * B, value("k_LL") * value("ll_max_bw_gbps", cc))
+    else:
+        B *= WIRE_EFF[protocol]
+    R_net = view.nic_gbps(0) * value("eta_net", cc)
+    if protocol != "Simple":
+        R_net *= value(f"g_n{protocol}")
+    if algorithm == "hierarchical":
+        doms = _domains(view, n)
+        if doms is None:
+            return math.inf
+        N, g = doms
+        h_lat = 2 * (g - 1) * h + 2 * (N - 1) * hn
+        t = 2 * (g - 1) / g * M / B + 2 * (N - 1) / N * (M / g) / max(R_net, 1e-9)
+        return L + h_lat + t
+    if kind in ("allreduce", "allgather", "reduce_scatter"):
+        S = 2 * (n - 1) if kind == "allreduce" else n - 1
+        f = S / n
+        t = f * M / B
+        if any(net):   # the channels' rings cross between domains on min(channels, ranks per domain) rails
+            doms = _domains(view, n)
+            rails = min(nccl_channels(nbytes, protocol, n, cc=cc), doms[1] if doms else 1)
+            t = max(t, f * M / max(R_net * rails, 1e-9))
+        return L + S * mean_h + t
+    # direct kinds: one step, every peer at once
+    per = M if kind in ("broadcast", "sendrecv") else M / n
+    peers = n - 1
+    t = per * peers / B if kind != "sendrecv" else per / B
+    if any(net):
+        t = max(t, per * peers / max(R_net, 1e-9))
+    return L + (hn if any(net) else h) + t
+
+
+def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
+         algorithm: str | None = None) -> Choice:
+    """(algorithm, protocol, channels) for one call of the nccl-like library: the candidate of least estimated
+    time (NCCL's tuner), or the forced algorithm/protocol of collectives.policy / collectives.protocol (or of
+    `algorithm`)."""
+    cc = getattr(cfg, "collectives", cfg)
+    view = view if view is not None else fabric_view(cfg)
+    if algorithm is not None:
+        algs = [algorithm]
+    elif kind in ("allreduce", "allgather", "reduce_scatter"):
+        algs = ["ring"] + (["hierarchical"] if kind == "allreduce" and _domains(view, n) else [])
+        if cc.policy not in ("sd200", "auto"):
+            algs = [cc.policy if kind == "allreduce" else ("ring" if cc.policy in ("ring", "halving_doubling")
+                                                           else "direct")]
+    else:
+        algs = ["direct"]
+    if kind in ("alltoall", "broadcast", "sendrecv"):
+        per = nbytes / max(n, 1) if kind == "alltoall" else nbytes
+        protos = ["LL" if per <= value("p2p_ll_max_bytes") else "Simple"]
+    else:
+        protos = list(PROTOCOLS)
+    if cc.protocol != "auto":
+        protos = [cc.protocol]
+    best = None
+    for a in algs:
+        for p in protos:
+            t = estimate_ns(kind, a, p, nbytes, n, view)
+            if best is None or t < best[0]:
+                best = (t, a, p)
+    _, a, p = best
+    ch = nccl_channels(nbytes, p, n, "ring" if a in ("ring", "hierarchical") else a, cc=cc)
+    return Choice(a, p, ch)
+
+
+def fabric_view(cfg) -> FabricView:
+    """The FabricView of a FabricConfig (cached per config)."""
+    if not hasattr(cfg, "topology"):
+        raise ConfigError("the nccl-like library needs the whole FabricConfig (its fabric's latency and bandwidth), "
+                          "not only the [collectives] section")
+    return _view(cfg)
+
+
+@functools.lru_cache(maxsize=8)
+def _view(cfg) -> FabricView:
+    return FabricView(cfg)
+
+
+def n_slices(chunk: int, protocol: str, channels: int) -> int:
+    """Slices a ring step's chunk is pipelined in (at most 64, to bound the graph)."""
+    per = value(f"slice_{protocol}_bytes") * max(channels, 1)
+    return int(min(64, max(1, math.ceil(chunk / per))))

@@ -1,0 +1,141 @@
+"""Flow control sized from the fabric (issue 16 item 3): credit pools, replay buffers and end-to-end windows default
+to bandwidth x round trip (0 = auto, fabric.sim.flow_control); an explicit value that caps a link or pair warns once."""
+import pytest
+
+from fabric import phy, sim
+from fabric.config import load_config
+from fabric.network import build
+from fabric.tools.link_probe import probe_link
+
+FAST = {"phy.lanes": 32, "phy.lane_rate_gbps": 112.0}          # 448 GB/s per direction
+OLD = {"link.credit_flits": 128, "link.replay_buffer_flits": 256, "endpoint.e2e_window_bytes": 131072}
+
+
+def fc(preset, overrides=None, warn=False):
+    cfg = load_config(preset, overrides=overrides or {})
+    return sim.flow_control(cfg, build(cfg), warn=warn)
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(sim, "_WARNED", set())
+
+
+def test_defaults_are_auto():
+    cfg = load_config()
+    assert cfg.link.credit_flits == 0 and cfg.link.replay_buffer_flits == 0 and cfg.endpoint.e2e_window_bytes == 0
+    params = sim.kernel_params(cfg)
+    assert params["credit_flits"] > 0 and params["replay_buffer_flits"] > 0 and params["e2e_window_B"] > 0
+
+
+def test_auto_values_scale_with_rate():
+    base, fast = fc("link"), fc("link", FAST)
+    assert fast["credit_flits"] > 2 * base["credit_flits"]
+    assert fast["replay_buffer_flits"] > base["replay_buffer_flits"]
+    assert fast["e2e_window_B"] > base["e2e_window_B"]
+
+
+def test_auto_values_scale_with_latency():
+    base, long_ = fc("link"), fc("link", {"phy.cable_m": 40.0})
+    assert long_["credit_flits"] > 2 * base["credit_flits"]
+    assert long_["replay_buffer_flits"] > 2 * base["replay_buffer_flits"]
+    slow_switch = fc("sd200", {"switch.latency_ns": 1000.0})
+    assert slow_switch["credit_flits"] > fc("sd200")["credit_flits"]
+    assert slow_switch["e2e_window_B"] > 3 * fc("sd200")["e2e_window_B"]
+
+
+def test_credit_round_trip_follows_the_kernel():
+    """acc0->sw0 on sd200: packet + PHY/wire + switch + next flit (cut-through) + one flit and PHY/wire back."""
+    cfg = load_config("sd200")
+    topo = build(cfg)
+    R, T = phy.credit_round_trips(cfg, topo)
+    c = next(i for i in range(topo.n_channels) if topo.channel_name(i) == "acc0->sw0")
+    flit, lat, sw = 4000, phy.link_latency_ps(cfg), phy.ps(cfg.switch.latency_ns)
+    assert R[c] == pytest.approx(T[c] + lat + sw + flit + flit + lat)
+    # to the accelerator: freed on delivery, no switch
+    c = next(i for i in range(topo.n_channels) if topo.channel_name(i) == "sw0->acc0")
+    assert R[c] == pytest.approx(T[c] + lat + flit + lat)
+
+
+def test_sd200_auto_values_cover_the_round_trips():
+    got = fc("sd200")
+    # 64 GB/s x 224 ns credit round trip = 14.3 KiB = 3.4 packets of 17 flits -> x1.25 -> 5 packets
+    assert got["credit_flits"] == 85
+    # the old 128 KiB window held a two-port pair (124 GB/s of payload, 1.15 us data + grant) to ~63%
+    assert 200_000 < got["e2e_window_B"] < 300_000
+    capped = fc("sd200", {"endpoint.e2e_window_bytes": 131072})
+    assert capped["e2e_window_B_cap"]["gbps"] < 0.7 * capped["e2e_window_B_cap"]["of_gbps"]
+
+
+def test_explicit_small_value_warns_once_naming_the_parameter(capsys):
+    cfg = load_config("link", overrides={**FAST, "link.credit_flits": 64})
+    topo = build(cfg)
+    sim.kernel_params(cfg, topo)
+    sim.kernel_params(cfg, topo)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("warning: link.credit_flits=64 caps acc0->acc1 at ")
+    assert "of 448 GB/s" in err[0] and "use 0 (auto" in err[0]
+
+
+def test_explicit_window_warns_naming_the_pair(capsys):
+    cfg = load_config("sd200", overrides={"endpoint.e2e_window_bytes": 65536})
+    sim.kernel_params(cfg, build(cfg))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: endpoint.e2e_window_bytes=65536 caps acc")
+
+
+def test_explicit_large_value_is_silent(capsys):
+    cfg = load_config("link", overrides={"link.credit_flits": 4096, "link.replay_buffer_flits": 4096,
+                                         "endpoint.e2e_window_bytes": 1 << 24})
+    params = sim.kernel_params(cfg, build(cfg))
+    assert params["credit_flits"] == 4096 and params["e2e_window_B"] == 1 << 24
+    assert capsys.readouterr().err == ""
+
+
+def test_auto_is_silent_and_predicted_cap_matches_the_kernel(capsys):
+    """The warning's figure is what the link probe then measures (within the framing and a few %)."""
+    long_fast = {**FAST, "phy.cable_m": 10.0}
+    got = fc("link", {**long_fast, **OLD})
+    cap = got["credit_flits_cap"]["gbps"]
+    measured = probe_link(load_config("link", overrides={**long_fast, "link.replay_buffer_flits": 4096,
+                                                         "link.credit_flits": 128}), packets=3000)
+    assert measured["goodput_gbps"] / 8 == pytest.approx(cap * phy.payload_efficiency(load_config()), rel=0.05)
+
+
+@pytest.mark.parametrize("extra", [{}, {"phy.cable_m": 10.0}, {"phy.cable_m": 20.0}])
+def test_fast_link_reaches_its_rate_with_auto_defaults(extra, capsys):
+    cfg = load_config("link", overrides={**FAST, **extra})
+    got = probe_link(cfg, packets=3000)
+    assert got["goodput_gbps"] >= 0.9 * got["raw_gbps"]
+    assert got["credit_stall_ns"] == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_fast_long_link_was_capped_by_the_old_defaults(capsys):
+    cfg = load_config("link", overrides={**FAST, "phy.cable_m": 10.0, **OLD})
+    got = probe_link(cfg, packets=3000)
+    assert got["goodput_gbps"] < 0.5 * got["raw_gbps"]
+    err = capsys.readouterr().err
+    assert "link.credit_flits=128 caps acc0->acc1" in err and "link.replay_buffer_flits=256 caps" in err
+
+
+def test_fast_switch_port_reaches_its_rate():
+    """A 448 GB/s accelerator port through the sd200 switch (credit round trip 161 ns): auto sizes 374 flits."""
+    from fabric.taskgraph import transfer_graph
+    cfg = load_config("sd200", overrides=FAST)
+    topo = build(cfg)
+    nbytes = 4096 * 2000
+    res = sim.run(cfg, topo, transfer_graph(0, 1, nbytes))
+    t_ns = phy.ns(int(res.task_end_ps.max()))
+    assert nbytes / t_ns >= 0.9 * 448 * phy.payload_efficiency(cfg)
+
+
+def test_config_rejects_negative_and_too_small_values():
+    from fabric.errors import ConfigError
+    with pytest.raises(ConfigError, match="link.credit_flits"):
+        load_config(overrides={"link.credit_flits": -1})
+    with pytest.raises(ConfigError, match="link.credit_flits"):
+        load_config(overrides={"link.credit_flits": 8})
+    with pytest.raises(ConfigError, match="endpoint.e2e_window_bytes"):
+        load_config(overrides={"endpoint.e2e_window_bytes": 100})
