@@ -10,6 +10,8 @@ Cases (see docs/performance.md for figures):
 - `oneshot-64`: 64 ranks of mesh-4x4x4, each storing 14,336 B to each of the 63 others, 256 B packets.
 - `decode-sd200-packet`, `decode-sd200-analytic`: the shipped DeepSeek-R1 decode step on sd200.
 - `ring-16MB-64`: one 16 MB ring AllReduce over the 64 ranks of sd200.
+- `allreduce-1G-dgx-h100`: a 1 GiB AllReduce on the 8 GPUs of dgx-h100 as its nccl-like library runs it (the
+  tuner's algorithm, protocol and channels): the size a user sweeps to in nccl-tests.
 - `oneshot-N` (N = 128 .. 1024, presets sd200-N): the same one-shot traffic with 256 B packets; above 64 ranks
   the message shrinks as 64/N so that the total stays tractable (packets then grow linearly in N, not N^2), and
   the case name says the message size. The scaling exponent is fitted on wall time vs packets.
@@ -44,7 +46,8 @@ def oneshot_name(n: int) -> str:
     return f"oneshot-{n}" if b == ONESHOT_BYTES else f"oneshot-{n}-{b}B"
 
 
-FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "ring-16MB-64"] + \
+FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "ring-16MB-64",
+        "allreduce-1G-dgx-h100"] + \
        [oneshot_name(n) for n in (128, 256, 512, 1024)]
 QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
 
@@ -77,6 +80,15 @@ def _run_case(case: str):
         cfg = load_config(preset="sd200")
         graph = collectives.build("allreduce", "ring", nbytes, int(n), cfg).to_graph(n_ranks=build(cfg).n_ranks)
         return sim.run(cfg, build(cfg), graph)
+    if case.startswith("allreduce-"):
+        from fabric import collectives
+        size, preset = case.split("-", 2)[1:]
+        cfg = load_config(preset=preset)
+        topo = build(cfg)
+        nbytes, n = int(size[:-1]) << 30, topo.n_ranks
+        choice = collectives.choose("allreduce", nbytes, n, cfg)
+        frag = collectives.build("allreduce", choice.algorithm, nbytes, n, cfg, semantics=False, choice=choice)
+        return sim.run(cfg, topo, frag.to_graph(n_ranks=n))
     raise ValueError(f"unknown case {case!r}")
 
 
