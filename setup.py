@@ -1,8 +1,10 @@
 """Build the Cython packet kernel.
 
 pyx/ mirrors the package path (pyx/fabric/_kernel/*.pyx -> fabric._kernel.*) so that dotted cimports resolve
-their .pxd contracts. FABRIC_DEBUG=1 builds a checked flavour (bounds, initialisation, wraparound checks) into its
-own build directory, because Cython does not regenerate C files when only directives change.
+their .pxd contracts. kernel.pyx includes its rooms (pyx/fabric/_kernel/*.pxi, one C translation unit); cythonize
+follows the includes, so editing a .pxi rebuilds the extension. FABRIC_DEBUG=1 builds a checked flavour (bounds,
+initialisation, wraparound checks) into its own build directory, because Cython does not regenerate C files when only
+directives change.
 """
 import os
 

@@ -1,7 +1,29 @@
-# Typedefs and C structs of the packet kernel. Units are in the names: ps = picoseconds, B = bytes.
+# The contract of the packet kernel: every typedef, enum and C struct that its rooms (kernel.pyx and the .pxi files
+# it includes, one C translation unit) share. Units are in the names: ps = picoseconds, B = bytes.
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint64_t
 
 ctypedef int64_t ps_t          # time, integer picoseconds
+
+# ------------------------------------------------------------------ kernel constants
+cdef enum Outcome:             # what Engine.run returns (kernel.DONE, PAUSED, STUCK)
+    R_DONE = 0                 # the event queue drained: every event processed
+    R_PAUSED = 1               # stopped at the event or time budget of this call; call run() again
+    R_STUCK = 2                # the watchdog fired: work pending, no progress
+
+cdef enum:
+    # task kinds (docs/contracts.md; SimC.t_kind)
+    T_COMPUTE = 0              # occupies its (rank, stream) for its duration
+    T_TRANSFER = 1             # a store or load between ranks (SimC.t_xfer: its transfer)
+    T_REDUCE = 2               # a local reduction: as a compute task
+    T_JOIN = 3                 # free: completes as soon as its dependencies have
+    # control messages (EV_CTRL_ARRIVE: x & 0xff)
+    C_ACK = 0                  # every unit up to sequence y is accepted
+    C_NAK = 1                  # same, and replay the rest
+    C_UPDATEFC = 2             # the receiver has freed y flits of VC x >> 8 in all (cumulative)
+    # per-channel fault lists (ChanC.f_cur, f_end)
+    F_FLIT = 0                 # flits to corrupt
+    F_ACK = 1                  # Acks/Naks to lose
+    F_CREDIT = 2               # UpdateFCs to lose
 
 # ------------------------------------------------------------------ events
 cdef enum EventType:
@@ -28,6 +50,42 @@ cdef struct EventC:            # 32 B: two per cache line, four siblings of the 
     int32_t x                  # payload (packet, task, transfer, message kind)
 # key fields: order = per-engine sequence number (deterministic ties; 40 bits, 10^12 events), flag = link epoch
 # for messages in flight (int16), type = EventType (8 bits). Comparing (time, key) is comparing (time, order).
+
+# ------------------------------------------------------------------ event queue (events.pxi)
+cdef enum:
+    MAX_LANES = 16             # delay lanes at most (HeapC's lane arrays)
+    LANE_MIN_CAP = 256         # events a lane's ring holds at least (8 KB)
+
+cdef struct LaneC:             # a FIFO of events that all fire `delay` after they were created (events.pxi: lanes)
+    EventC* e                  # ring of cap events (a power of two, 64 B aligned: two events per cache line)
+    int64_t head               # oldest
+    int64_t n                  # events held
+    int64_t cap                # ring slots
+    ps_t delay                 # the delay of every event it holds
+
+cdef struct HeapC:             # the event queue: a 4-ary heap and the delay lanes beside it, one order counter
+    EventC* ev                 # = raw + 1: &ev[1] on a 64-byte boundary
+    EventC* raw                # the allocation (64-byte aligned)
+    int64_t n                  # events in the heap
+    int64_t cap                # heap slots
+    int64_t order              # events created so far: the tie-break of equal times, shared by heap and lanes
+    LaneC lane[16]             # MAX_LANES
+    int64_t lh_time[16]        # (time, key) of each lane's head; (INT64_MAX, ~0) when empty
+    uint64_t lh_key[16]
+    int32_t win[32]            # winner tree over the lanes: win[i] = earliest lane under node i (1 the root); the
+                               # leaves are nodes tp .. 2 tp - 1, lane k's at leaf[k], win[leaf[k]] = k
+    int8_t left[16]            # children and parent of each node: the shape is free (any binary tree gives the
+    int8_t right[16]           # minimum), so it is a Huffman tree over the lanes' pop counts: the busiest lanes
+    int8_t up[32]              # sit next to the root and most pops replay one or two levels, not log2(lanes)
+    int8_t leaf[16]
+    int64_t pops[16]           # events taken from each lane (weights of the shape)
+    int64_t pops_all
+    int64_t reshape_at         # pops_all at which the shape is next fitted to the counts (geometric: a few per run)
+    int32_t tp                 # leaves in the tree (= n_lanes)
+    int32_t n_lanes
+    int32_t max_lanes          # lanes allowed (MAX_LANES; 0 puts every event in the heap, for equivalence tests)
+    int64_t lane_min_heap      # events use their lane only while the heap holds at least this many (a small heap
+                               # is cheaper than a lane; where an event waits never changes the pop sequence)
 
 # ------------------------------------------------------------------ packets
 cdef enum PacketKind:
@@ -133,7 +191,7 @@ cdef struct ChanC:
     int8_t cr_short            # = stall_since >= 0 (a head short of credits), where try_send reads it
     int32_t tx_free_ch         # input buffer to free when the current unit is sent (-1 none)
     int32_t phy_left_B         # bytes it may still put into flits before phy_corrupt must look (< 0: at the next
-                               # unit): no injected flit fault and no bit error falls in them (kernel.pyx, phy_unit)
+                               # unit): no injected flit fault and no bit error falls in them (phy.pxi, phy_unit)
     int32_t tx_free_flits
     int32_t ch_src             # node it leaves
     double ps_per_tlpB         # serialisation per header+payload byte (flit framing folded in)
@@ -143,7 +201,7 @@ cdef struct ChanC:
     int8_t tx_busy             # serialising a unit
     int8_t rt_armed            # replay timer armed
     int8_t rt_pending          # a replay-timer event for it is in the heap
-    int8_t lane_txd            # event lane its last EV_TX_DONE went to (kernel.pyx: delay lanes; -1: the heap)
+    int8_t lane_txd            # event lane its last EV_TX_DONE went to (events.pxi: delay lanes; -1: the heap)
     int8_t tx_free_vc          # its VC
     int8_t lane_arr            # event lane its last unit's head (EV_PKT_ARRIVE) went to
     # -- line 3: PHY (bit errors, injected flit faults) and fault cursors
@@ -208,3 +266,117 @@ cdef struct CvC:               # per (channel, VC): credits at the sender, buffe
     int64_t freed              # cumulative flits freed
     int64_t freed_sent         # value of the last UpdateFC sent
     int64_t occ                # flits held in the receive buffer
+
+# ------------------------------------------------------------------ the whole simulation state
+# One record owns everything the event loop touches; Engine (kernel.pyx) holds it and its set-up (setup.pxi) fills
+# it. Arrays are C arrays: allocated by the kernel, or the buffers of numpy arrays that Engine keeps alive.
+cdef struct SimC:
+    HeapC heap                     # the event queue (events.pxi)
+    ps_t now                       # time of the event being processed
+    int64_t events                 # events processed
+    ps_t last_progress             # last unit accepted, Ack with progress, packet delivered or task completed
+    int64_t tasks_left             # tasks not yet completed (the watchdog fires only while work is pending)
+    int64_t pkts_live              # packets taken from the pool and not yet released
+    int32_t analytic               # 1: transfers take the analytic engine's time (no packets, executor.pxi)
+    # ---- parameters (ps, bytes, flits)
+    int32_t nvc                    # VCs per channel = 2 traffic classes x vc_levels
+    int32_t levels                 # VC levels per traffic class (the topology's vc_levels)
+    int32_t seq_mod                # sequence numbers: 2^seq_bits
+    int32_t seq_mask               # seq_mod - 1 (seq_mod is a power of two: a mask, not a division)
+    int32_t window                 # max unacknowledged packets (<= seq_mod / 2)
+    int32_t replay_cap_flits       # replay buffer of a channel (flits)
+    int32_t max_unit_flits         # flits of the largest unit a queue can offer (a full data packet)
+    bint skip_settled              # skip arbitrations that cannot change anything (off: arbitrate every time)
+    bint phy_countdown             # let units that cannot meet a PHY event skip phy_corrupt (off: it looks at all)
+    int32_t ack_every              # an Ack at the latest every this many accepted units
+    ps_t ack_ps                    # ... or this long after the first unacknowledged one
+    ps_t replay_ps                 # replay timer
+    int32_t replay_limit           # replays without progress before the link retrains
+    ps_t retrain_ps                # how long a retrain takes the link down
+    int64_t pool_flits             # credits (receive buffer slots) per (channel, VC)
+    int32_t update_flits           # an UpdateFC at the latest every this many flits freed
+    ps_t update_ps                 # ... or this long after the first unannounced one
+    ps_t refresh_ps                # period of the cumulative credit refresh (recovers lost UpdateFCs)
+    int32_t hdr_B                  # header bytes of a packet
+    int32_t maxp_B                 # largest payload of a packet
+    int32_t mrrs_B                 # largest read request
+    int32_t flit_B                 # flit size
+    int32_t flitpay_B              # bytes of a flit that carry packets (flit_B - CRC and data-link overhead)
+    ps_t issue_ps                  # a transfer's issue at its source
+    ps_t complete_ps               # a transfer's completion, after its last byte
+    ps_t xlate_ps                  # address translation at the ingress port
+    ps_t p2p_ps                    # forwarding into another host domain
+    ps_t watchdog_ps               # no progress for this long while work is pending: R_STUCK
+    int32_t ln_ack                 # lanes (or -1: the heap) of the fixed-delay timers and transfer completions
+    int32_t ln_upd
+    int32_t ln_refresh
+    int32_t ln_replay
+    int32_t ln_complete
+    int32_t ln_inject              # a transfer's issue + address translation (+ P2P forwarding across hosts)
+    int32_t ln_inject_p2p
+    int32_t fixed_priority         # 1: serve queues in fixed order (lowest VC and port first), not round robin
+    # ---- topology (routes.pxi)
+    int32_t n_nodes                # nodes: ranks (endpoints, nodes 0 .. n_ranks - 1) and switches
+    int32_t n_ranks
+    int32_t n_ch                   # channels: one direction of a link each
+    ps_t* node_lat                 # per node: its switch pipeline (a packet leaves it that long after its head came)
+    int32_t* node_domain           # per node: host domain (transfers across domains pay p2p_ps)
+    int32_t* n_slots               # per node: inputs + 1 injection slot
+    int64_t* node_out_ptr          # CSR: channels leaving each node
+    int32_t* node_out
+    int64_t* pair_ptr              # CSR: candidate paths of each (src, dst) rank pair
+    int64_t* path_ptr              # CSR: hops of each path in path_hv
+    int32_t* path_hv               # per hop: channel << vcl_bits | VC level (set-up and the analytic engine)
+    int32_t vcl_bits               # bits of the VC level in a route entry
+    HopC* hop                      # the route graph: every route suffix once (build_route_graph); packets walk it
+    int64_t n_hop                  # its nodes
+    int32_t* path_at1              # per path: route-graph node of its second hop (-1: one hop)
+    # ---- per channel (ChanC, CntC, CvC above): state, counters, per (channel, VC) credits
+    ChanC* c                       # [ch]
+    CntC* k                        # [ch]
+    CvC* cvs                       # [ch*nvc+vc]
+    # ---- queues (VOQ per output channel x VC x input slot; the injection slot holds transfers)
+    QueueC* q                      # [q_base + idx]: head and tail of each queue, side by side (one line, not two)
+    uint64_t* q_bits               # per ch: bitmap of its non-empty queues (bit idx = vc * n_slots + slot)
+    ReplayC* ring                  # [ch * ring_cap + slot], 64 B aligned
+    int32_t ring_cap               # replay ring slots per channel: a power of two, grown up to >= window (ring_grow)
+    int32_t ring_mask              # ring_cap - 1
+    # ---- faults: per channel sorted lists (CSR; cursors in ChanC)
+    int64_t* f_n                   # per fault: the flit, Ack/Nak or UpdateFC number it hits
+    int64_t* f_k                   # per fault: flits in its burst (1 for messages)
+    # ---- packets and transfers
+    PacketC* pk                    # packet pool (one cache line each; free list through .next)
+    int32_t pk_cap                 # packets in the pool (doubles when none is free)
+    int32_t pk_free                # first free packet (-1: none)
+    XferC* xf                      # transfers (flows): a load is two, its requests and its responses
+    int32_t n_xf
+    int32_t* tags_free             # per rank
+    int64_t* e2e_avail             # [src*R+dst] receive space dst has granted src and src has not used (B)
+    int64_t* e2e_owed              # [src*R+dst] space dst has drained but not yet granted back (B)
+    int64_t e2e_quantum            # grants go back in quarters of the window (or when a transfer completes)
+    int64_t e2e_holds              # times a ready store waited for end-to-end grants
+    int64_t arbitrations           # idle channels arbitrated (a cost, not a result: skip_settled lowers it)
+    # ---- delivery checks
+    int64_t carved                 # packets created at sources
+    int64_t delivered              # packets delivered in their flow's order
+    int64_t dup_delivered          # packets delivered again
+    int64_t ooo_delivered          # packets delivered ahead of their flow's order
+    # ---- tasks (executor.pxi)
+    int32_t n_tasks
+    int8_t* t_kind                 # T_*
+    int32_t* t_rank                # rank it runs on
+    int32_t* t_stream              # stream of its rank it occupies (-1: none)
+    ps_t* t_dur                    # duration of a compute or reduce task
+    int32_t* t_xfer                # transfer of a transfer task (-1: none)
+    int64_t* t_succ_ptr            # CSR: tasks that depend on it
+    int32_t* t_succ
+    int32_t* t_deps                # dependencies not yet completed
+    ps_t* t_start                  # when it started (-1: not yet)
+    ps_t* t_end                    # when it completed (-1: not yet)
+    int32_t n_streams              # streams per rank
+    int8_t* s_busy                 # [rank * n_streams + stream]: a task occupies it
+    int32_t* s_head                # ... and the tasks waiting for it: a FIFO through t_next
+    int32_t* s_tail
+    int32_t* t_next
+    int32_t* work                  # stack of tasks that became ready (work[0]: how many)
+    ps_t* an_free                  # analytic engine: when each channel's port is free

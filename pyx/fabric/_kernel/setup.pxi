@@ -1,0 +1,352 @@
+# ================================================================== set-up: from Python dicts to SimC
+# What Engine.__init__ does, one step per part of the model: parameters, channels, nodes and their queues, routes,
+# the event queue and its lanes, tasks, transfers and the packet pool; faults before the first run. numpy builds
+# the arrays; C records are filled from them, and the numpy arrays whose buffers the C state points into stay alive
+# in Engine._keep (`keep` below). Runs with the GIL, once. Contract: SimC and every record it holds (types.pxd).
+
+cdef void* keep_array(dict keep, str name, object values, object dtype) except NULL:
+    """A contiguous copy of values, kept alive under name; its buffer, for C (one element at least)."""
+    a = np.array(values, dtype=dtype, order="C", copy=True)   # the kernel writes into some: never alias
+    if a.size == 0:
+        a = np.zeros(1, dtype=dtype)
+    keep[name] = a
+    return cnp.PyArray_DATA(a)
+
+cdef void* keep_full(dict keep, str name, Py_ssize_t n, object dtype, object fill=0) except NULL:
+    """n elements (one at least) set to fill, kept alive under name; its buffer, for C."""
+    a = np.full(max(int(n), 1), fill, dtype=dtype)
+    keep[name] = a
+    return cnp.PyArray_DATA(a)
+
+
+cdef int setup_params(SimC* s, dict p, dict topo, bint analytic, bint skip_settled, bint phy_countdown,
+                      int32_t replay_ring_slots) except -1:
+    """Scalar parameters (ps, bytes, flits) and the switches of Engine's keyword arguments."""
+    s.analytic = analytic
+    s.skip_settled = skip_settled
+    s.phy_countdown = phy_countdown
+    s.levels = int(topo["vc_levels"])
+    s.nvc = 2 * s.levels
+    if s.nvc > 16:                  # ChanC.cr_dirty has a bit per VC
+        raise ValueError(f"{s.nvc} VCs per channel; the kernel supports up to 16")
+    s.seq_mod = 1 << int(p["seq_bits"])
+    s.window = s.seq_mod // 2
+    s.replay_cap_flits = int(p["replay_buffer_flits"])
+    if s.window > s.replay_cap_flits:
+        s.window = s.replay_cap_flits
+    s.seq_mask = s.seq_mod - 1
+    if replay_ring_slots < 1 or replay_ring_slots & (replay_ring_slots - 1):
+        raise ValueError(f"replay_ring_slots={replay_ring_slots}: a power of two >= 1, please")
+    s.ring_cap = 1
+    while s.ring_cap < s.window and s.ring_cap < replay_ring_slots:
+        s.ring_cap *= 2
+    s.ring_mask = s.ring_cap - 1
+    s.ack_every = int(p["ack_every"]); s.ack_ps = int(p["ack_ps"]); s.replay_ps = int(p["replay_ps"])
+    s.replay_limit = int(p["replay_limit"]); s.retrain_ps = int(p["retrain_ps"])
+    s.pool_flits = int(p["credit_flits"]); s.update_flits = int(p["update_flits"])
+    s.update_ps = int(p["update_ps"]); s.refresh_ps = int(p["refresh_ps"])
+    s.hdr_B = int(p["header_B"]); s.maxp_B = int(p["max_payload_B"]); s.mrrs_B = int(p["mrrs_B"])
+    s.flit_B = int(p["flit_B"]); s.flitpay_B = int(p["flit_B"]) - int(p["flit_overhead_B"])
+    s.max_unit_flits = pkt_flits(s, s.maxp_B + s.hdr_B)
+    s.issue_ps = int(p["issue_ps"]); s.complete_ps = int(p["complete_ps"])
+    s.xlate_ps = int(p["xlate_ps"]); s.p2p_ps = int(p["p2p_ps"]); s.watchdog_ps = int(p["watchdog_ps"])
+    s.fixed_priority = int(p.get("fixed_priority", 0))
+    return 0
+
+
+cdef int setup_channels(SimC* s, dict keep, dict p, dict topo) except -1:
+    """ChanC records (ends, link timing, bit errors, one splitmix stream each), the replay rings, and the counter
+    (CntC) and credit (CvC) tables as line-aligned int64 tables."""
+    cdef int32_t C, V = s.nvc, i
+    cdef ChanC* cc
+    seed = int(p["seed"])
+    ch_src = np.asarray(topo["ch_src"], np.int32)
+    ch_dst = np.asarray(topo["ch_dst"], np.int32)
+    C = s.n_ch = len(ch_src)
+    s.c = <ChanC*>aligned_alloc(64, <size_t>max(C, 1) * sizeof(ChanC))
+    if s.c == NULL:
+        raise MemoryError("channel state")
+    memset(s.c, 0, <size_t>max(C, 1) * sizeof(ChanC))
+    ch_rev = np.asarray(topo["ch_rev"], np.int32)
+    ppb = np.asarray(topo["ch_ps_per_byte"], np.float64)
+    ps_per_tlpB = ppb * s.flit_B / s.flitpay_B
+    ch_lat = np.asarray(topo["ch_latency_ps"], np.int64)
+    flit_ps = np.maximum(np.rint(ppb * s.flit_B), 1).astype(np.int64)
+    ber = np.asarray(topo["ch_ber"], np.float64)
+    log1m_ber = np.log1p(-ber)
+    p_flit = -np.expm1(8.0 * s.flit_B * np.log1p(-ber))
+    # one splitmix stream per channel, derived from the seed and the channel id
+    rng = [(seed * 0x9E3779B97F4A7C15 + (c + 1) * 0xD1B54A32D192ED03) & 0xFFFFFFFFFFFFFFFF for c in range(C)]
+    for i in range(C):
+        cc = &s.c[i]
+        cc.wake_at = -1; cc.stall_since = -1; cc.rr = -1; cc.tx_free_ch = -1; cc.next_err_bit = -1.0
+        cc.ch_src = ch_src[i]; cc.ch_dst = ch_dst[i]; cc.ch_rev = ch_rev[i]
+        cc.ps_per_tlpB = ps_per_tlpB[i]; cc.flit_ps = flit_ps[i]; cc.ch_lat = ch_lat[i]
+        cc.log1m_ber = log1m_ber[i]; cc.p_flit = p_flit[i]; cc.rng = <uint64_t>rng[i]
+    s.ring = ring_alloc(<int64_t>C * s.ring_cap)
+    if s.ring == NULL:
+        raise MemoryError("replay buffers")
+    assert sizeof(ChanC) == 256 and sizeof(XferC) == 128 and sizeof(PacketC) == 64
+    assert sizeof(CntC) == 8 * 24 and sizeof(CvC) == 8 * len(CV_COLS)
+    cvt = line_aligned_zeros(max(C * V, 1), sizeof(CvC) // 8)
+    cvt[:, CV_COLS.index("cr_limit")] = s.pool_flits
+    keep["cv"] = cvt
+    s.cvs = <CvC*>cnp.PyArray_DATA(cvt)
+    keep["k"] = line_aligned_zeros(max(C, 1), sizeof(CntC) // 8)
+    s.k = <CntC*>cnp.PyArray_DATA(keep["k"])
+    return 0
+
+
+cdef int setup_nodes(SimC* s, dict keep, dict topo) except -1:
+    """Nodes: switch latency, host domain, each channel's input slot at its destination (plus one injection slot per
+    node), the VOQs of every output (VC x slot) and their bitmaps, and the channels leaving each node."""
+    cdef int32_t C = s.n_ch, N, V = s.nvc, i
+    ch_src = np.asarray(topo["ch_src"], np.int32)
+    ch_dst = np.asarray(topo["ch_dst"], np.int32)
+    N = s.n_nodes = len(topo["node_latency_ps"])
+    s.n_ranks = int(topo["n_ranks"])
+    s.node_lat = <ps_t*>keep_array(keep, "node_lat", topo["node_latency_ps"], np.int64)
+    s.node_domain = <int32_t*>keep_array(keep, "node_domain", topo.get("node_domain", np.zeros(N)), np.int32)
+    # input slots: each channel's index among its destination's incoming channels; one extra injection slot
+    n_in = np.bincount(ch_dst, minlength=N).astype(np.int32)
+    order = np.argsort(ch_dst, kind="stable")
+    slot = np.empty(C, np.int32)
+    starts = np.cumsum(n_in) - n_in
+    slot[order] = np.arange(C, dtype=np.int32) - np.repeat(starts, n_in).astype(np.int32)
+    nslots = n_in + 1
+    s.n_slots = <int32_t*>keep_array(keep, "n_slots", nslots, np.int32)
+    qsize = V * nslots[ch_src].astype(np.int64)
+    qbase = (np.cumsum(qsize) - qsize).astype(np.int64)
+    s.q = <QueueC*>keep_full(keep, "q", 2 * qsize.sum(), np.int32, -1)
+    qwords = (qsize + 63) // 64
+    qb_base = (np.cumsum(qwords) - qwords).astype(np.int64)
+    if 2 * qsize.sum() >= 2**31:
+        raise ValueError("too many virtual output queues for int32 queue offsets")
+    s.q_bits = <uint64_t*>keep_full(keep, "q_bits", qwords.sum(), np.uint64)
+    for i in range(C):
+        s.c[i].q_base = qbase[i]; s.c[i].qb_base = qb_base[i]; s.c[i].ch_slot = slot[i]
+    n_out = np.bincount(ch_src, minlength=N)
+    s.node_out_ptr = <int64_t*>keep_array(keep, "node_out_ptr", np.concatenate([[0], np.cumsum(n_out)]), np.int64)
+    s.node_out = <int32_t*>keep_array(keep, "node_out", np.argsort(ch_src, kind="stable"), np.int32)
+    return 0
+
+
+cdef int setup_routes(SimC* s, dict keep, dict topo) except -1:
+    """Candidate paths per rank pair, route entries (channel << vcl_bits | VC level) and the route graph."""
+    s.pair_ptr = <int64_t*>keep_array(keep, "pair_ptr", topo["pair_ptr"], np.int64)
+    s.path_ptr = <int64_t*>keep_array(keep, "path_ptr", topo["path_ptr"], np.int64)
+    pp = np.asarray(topo["path_ptr"], np.int64)
+    if pp.size and (int(pp[pp.size - 1]) >= (1 << 31) - 1 or int(np.diff(pp).max(initial=0)) >= (1 << 15)):
+        raise ValueError("routes too large for int32 packet route offsets / int16 hop counts")
+    path_vcl = np.asarray(topo["path_vcl"], np.int8)
+    vmax = int(path_vcl.max()) if path_vcl.size else 0
+    if path_vcl.size and int(path_vcl.min()) < 0:
+        raise ValueError("negative VC level in a route")
+    s.vcl_bits = max(vmax.bit_length(), 1)
+    if (max(s.n_ch, 1) << s.vcl_bits) >= (1 << 31):
+        raise ValueError("too many channels to pack routes into int32")
+    hv = np.left_shift(np.asarray(topo["path_ch"], np.int32), s.vcl_bits)   # int32 throughout: no int64 temporaries
+    np.bitwise_or(hv, path_vcl, out=hv)
+    if hv.size == 0:
+        hv = np.zeros(1, np.int32)
+    keep["path_hv"] = np.ascontiguousarray(hv, dtype=np.int32)
+    s.path_hv = <int32_t*>cnp.PyArray_DATA(keep["path_hv"])
+    n_paths = pp.size - 1 if pp.size else 0
+    s.path_at1 = <int32_t*>keep_full(keep, "path_at1", n_paths, np.int32, -1)
+    build_route_graph(s, n_paths, s.path_at1)
+    return 0
+
+
+cdef int setup_event_queue(SimC* s, dict p, dict graph, int event_lanes, int64_t lane_min_heap) except -1:
+    """The heap, and a delay lane for each fixed delay events will have (as many as MAX_LANES allows)."""
+    cdef int32_t C = s.n_ch, i
+    cdef int64_t tlp
+    cdef ps_t ser, first
+    heap_alloc(&s.heap, 1024)
+    s.heap.max_lanes = min(max(event_lanes, 0), MAX_LANES)
+    s.heap.lane_min_heap = max(lane_min_heap, 0)
+    s.heap.reshape_at = 1 << 14             # first refit of the winner tree after 16 k lane events
+    s.ln_ack = lane_for(&s.heap, s.ack_ps)
+    s.ln_upd = lane_for(&s.heap, s.update_ps)
+    s.ln_refresh = lane_for(&s.heap, s.refresh_ps)
+    s.ln_replay = lane_for(&s.heap, s.replay_ps)
+    s.ln_complete = lane_for(&s.heap, s.complete_ps)
+    s.ln_inject = lane_for(&s.heap, s.issue_ps + s.xlate_ps)
+    s.ln_inject_p2p = lane_for(&s.heap, s.issue_ps + s.xlate_ps + s.p2p_ps)
+    for i in range(C):      # Acks and UpdateFCs about a channel cross its reverse: one delay per link kind
+        s.c[i].lane_ctrl = <int8_t>lane_for(&s.heap, s.c[s.c[i].ch_rev].flit_ps + s.c[s.c[i].ch_rev].ch_lat)
+        s.c[i].lane_arr = s.c[i].lane_txd = s.c[i].lane_dlv = -1
+    # A unit of tlp bytes keeps its transmitter busy ser = tlp x ps_per_tlpB, its head arrives first + ch_lat
+    # later (first = one flit or ser if shorter) and its tail ser - first after its head: lanes for the
+    # packet sizes the transfers will mostly produce (full packets, then the commonest remainders)
+    for tlp in common_packet_sizes(p, graph):
+        for i in range(C):
+            ser = max(<ps_t>(tlp * s.c[i].ps_per_tlpB + 0.5), 1)
+            first = ser if ser < s.c[i].flit_ps else s.c[i].flit_ps
+            lane_for(&s.heap, first + s.c[i].ch_lat)
+            lane_for(&s.heap, ser)
+            lane_for(&s.heap, ser - first)
+    return 0
+
+
+cdef list common_packet_sizes(dict p, dict graph, int top=3):
+    """Header + payload sizes of the packets the graph's transfers produce, commonest first (at most top):
+    full packets of max_payload_B, each transfer's remainder, header-only read requests."""
+    kind = np.asarray(graph["kind"], np.int8)
+    is_x = kind == T_TRANSFER
+    nbytes = np.asarray(graph["nbytes"], np.int64)[is_x]
+    load = np.asarray(graph["op"], np.int8)[is_x] == 1
+    maxp, hdr, mrrs = int(p["max_payload_B"]), int(p["header_B"]), int(p["mrrs_B"])
+    sizes = np.concatenate([[maxp + hdr], nbytes % maxp + hdr, [hdr]])
+    counts = np.concatenate([[int((nbytes // maxp).sum())], (nbytes % maxp > 0).astype(np.int64),
+                             [int(((nbytes[load] + mrrs - 1) // mrrs).sum())]])
+    uniq, inv = np.unique(sizes, return_inverse=True)
+    tot = np.bincount(inv, weights=counts)
+    order = np.argsort(-tot, kind="stable")
+    return [int(uniq[j]) for j in order[:top] if tot[j] > 0]
+
+
+cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
+    """The task graph (kinds, ranks, streams, durations, successors, dependency counts), stream FIFOs, start/end
+    times; per rank read tags, per pair end-to-end windows; the analytic engine's port clocks."""
+    cdef int32_t n, R = s.n_ranks
+    kind = np.asarray(graph["kind"], np.int8)
+    n = s.n_tasks = len(kind)
+    s.t_kind = <int8_t*>keep_array(keep, "t_kind", kind, np.int8)
+    s.t_rank = <int32_t*>keep_array(keep, "t_rank", graph["rank"], np.int32)
+    stream = np.asarray(graph["stream"], np.int32)
+    s.t_stream = <int32_t*>keep_array(keep, "t_stream", stream, np.int32)
+    s.t_dur = <ps_t*>keep_array(keep, "t_dur", graph["duration_ps"], np.int64)
+    s.t_succ_ptr = <int64_t*>keep_array(keep, "t_succ_ptr", graph["succ_ptr"], np.int64)
+    s.t_succ = <int32_t*>keep_array(keep, "t_succ", graph["succ_idx"], np.int32)
+    s.t_deps = <int32_t*>keep_array(keep, "t_deps", graph["n_deps"], np.int32)
+    s.t_start = <ps_t*>keep_full(keep, "t_start", n, np.int64, -1)
+    s.t_end = <ps_t*>keep_full(keep, "t_end", n, np.int64, -1)
+    s.t_next = <int32_t*>keep_full(keep, "t_next", n, np.int32, -1)
+    s.work = <int32_t*>keep_full(keep, "work", n + 2, np.int32)
+    s.n_streams = int(stream.max()) + 1 if n and stream.max() >= 0 else 1
+    s.s_busy = <int8_t*>keep_full(keep, "s_busy", R * s.n_streams, np.int8)
+    s.s_head = <int32_t*>keep_full(keep, "s_head", R * s.n_streams, np.int32, -1)
+    s.s_tail = <int32_t*>keep_full(keep, "s_tail", R * s.n_streams, np.int32, -1)
+    s.tags_free = <int32_t*>keep_full(keep, "tags_free", R, np.int32, int(p["read_tags"]))
+    s.e2e_avail = <int64_t*>keep_full(keep, "e2e_avail", <int64_t>R * R, np.int64, int(p["e2e_window_B"]))
+    s.e2e_owed = <int64_t*>keep_full(keep, "e2e_owed", <int64_t>R * R, np.int64)
+    s.e2e_quantum = max(int(p["e2e_window_B"]) // 4, 1)
+    s.an_free = <ps_t*>keep_full(keep, "an_free", s.n_ch, np.int64)
+    s.tasks_left = n
+    return 0
+
+
+cdef int setup_packets(SimC* s) except -1:
+    """The packet pool: 1024 packets on a free list to start with (pkt_alloc doubles it when it runs out)."""
+    cdef int32_t i
+    s.pk_cap = 1024
+    s.pk = <PacketC*>aligned_alloc(64, s.pk_cap * sizeof(PacketC))
+    if s.pk == NULL:
+        raise MemoryError("packet pool")
+    for i in range(s.pk_cap - 1):
+        s.pk[i].next = i + 1
+    s.pk[s.pk_cap - 1].next = -1
+    s.pk_free = 0
+    return 0
+
+
+cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
+    """One XferC per transfer task, and for a load a second one, its response flow (data from the owner back to the
+    requester), after all the first ones; the task -> transfer map."""
+    cdef int32_t t, x, r, q, n_xf, extra
+    cdef Py_ssize_t i
+    cdef bint load
+    kind = keep["t_kind"]
+    tasks_a = np.flatnonzero(kind == T_TRANSFER).astype(np.int32)
+    op_a = np.ascontiguousarray(np.asarray(graph["op"], np.int8)[tasks_a])
+    # typed views: the loop below runs once per transfer (~1 M in a decode step), in C
+    cdef const int32_t[::1] tasks = tasks_a
+    cdef const int8_t[::1] op = op_a
+    cdef const int32_t[::1] rank = np.ascontiguousarray(np.asarray(graph["rank"], np.int32)[tasks_a])
+    cdef const int32_t[::1] peer = np.ascontiguousarray(np.asarray(graph["peer"], np.int32)[tasks_a])
+    cdef const int64_t[::1] nbytes = np.ascontiguousarray(np.asarray(graph["nbytes"], np.int64)[tasks_a])
+    n_xf = len(tasks_a) + int((op_a == 1).sum())
+    s.n_xf = n_xf
+    s.xf = <XferC*>aligned_alloc(64, <size_t>max(n_xf, 1) * sizeof(XferC))    # one record = two cache lines
+    if s.xf == NULL:
+        raise MemoryError("transfers")
+    memset(s.xf, 0, <size_t>max(n_xf, 1) * sizeof(XferC))
+    t_xfer = np.full(s.n_tasks, -1, np.int32)
+    cdef int32_t[::1] t_xfer_v = t_xfer
+    x = 0
+    extra = <int32_t>tasks.shape[0]
+    for i in range(tasks.shape[0]):
+        t = tasks[i]
+        r = rank[i]
+        q = peer[i]
+        load = op[i] == 1
+        t_xfer_v[t] = x
+        init_xfer(s, x, r, q, nbytes[i], t, 1 if load else 0, 0, extra if load else -1)
+        if load:    # the response flow: data from the owner back to the requester
+            init_xfer(s, extra, q, r, nbytes[i], -1, 2, 1, x)
+            s.xf[x].task = -1
+            s.xf[extra].task = t
+            extra += 1
+        x += 1
+    s.t_xfer = <int32_t*>keep_array(keep, "t_xfer", t_xfer, np.int32)
+    return 0
+
+
+cdef void init_xfer(SimC* s, int32_t x, int32_t src, int32_t dst, int64_t nbytes, int32_t task, int8_t kind,
+                    int8_t cls, int32_t partner) noexcept nogil:
+    """Transfer x: src -> dst, nbytes; its path (the flow id picks among the pair's candidates) and first hops; an
+    Unsupported Request when an end is no rank or no path joins them."""
+    cdef XferC* xf = &s.xf[x]
+    xf.total_B = nbytes
+    xf.avail_B = 0 if kind == 2 else nbytes
+    xf.src = src; xf.dst = dst; xf.task = task; xf.kind = kind; xf.cls = cls; xf.partner = partner
+    xf.d_src = src; xf.d_dst = dst; xf.d_kind = kind
+    xf.next = -1
+    if src < 0 or dst < 0 or src >= s.n_ranks or dst >= s.n_ranks:
+        xf.status = 1            # Unsupported Request: no accelerator there
+        xf.path = -1
+        return
+    xf.path = choose_path(s, src, dst, x) if src != dst else -1
+    if src != dst and xf.path < 0:
+        xf.status = 1
+    if xf.path >= 0:
+        xf.grant_ps = return_latency(s, dst, src, x)
+        xf.hv0 = s.path_hv[s.path_ptr[xf.path]]
+        xf.at1 = s.path_at1[xf.path]
+        xf.hops = <int16_t>path_len(s, xf.path)
+
+
+cdef ps_t return_latency(SimC* s, int32_t src, int32_t dst, int32_t flow) noexcept nogil:
+    """Zero-load latency of a small message along the route src -> dst (an end-to-end grant)."""
+    cdef int32_t p = choose_path(s, src, dst, flow), h, ch, n
+    cdef ps_t t = 0
+    if p < 0:
+        return 0
+    n = path_len(s, p)
+    for h in range(n):
+        ch = path_hop_ch(s, p, h)
+        t += s.c[ch].ch_lat + s.c[ch].flit_ps
+        if h + 1 < n:
+            t += s.node_lat[s.c[ch].ch_dst]
+    return t
+
+
+cdef int install_faults(SimC* s, dict keep, list faults) except -1:
+    """Injected faults (Engine.add_fault) into per-channel sorted lists, one per kind (F_*); retrains as events."""
+    cdef int64_t i
+    C = s.n_ch
+    rows = sorted((ch, kind, n, k) for kind, ch, n, k in faults if kind != FAULT_RETRAIN)
+    keys = np.array([ch * 3 + kind for ch, kind, n, k in rows], np.int64)
+    ptr = np.searchsorted(keys, np.arange(3 * C + 1), side="left").astype(np.int64)
+    for i in range(3 * C):
+        s.c[i // 3].f_cur[i % 3] = ptr[i]
+        s.c[i // 3].f_end[i % 3] = ptr[i + 1]
+        if i % 3 != F_FLIT and ptr[i + 1] > ptr[i]:
+            s.c[i // 3].ctrl_faults = 1
+    s.f_n = <int64_t*>keep_array(keep, "f_n", [r[2] for r in rows], np.int64)
+    s.f_k = <int64_t*>keep_array(keep, "f_k", [max(r[3], 1) for r in rows], np.int64)
+    for kind, ch, n, k in faults:
+        if kind == FAULT_RETRAIN:
+            c_push(&s.heap, n, EV_FORCE_RETRAIN, ch, 0, 0, 0)
+    return 0
