@@ -44,25 +44,42 @@ def logical_graph(spec: ModelSpec, config: dict, context: int, engine: str = "an
 def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, ep: int = 1, batch: int = 1,
             context: int = 4096, chip: str = "sd200-accelerator", engine: str = "analytic",
             weight_dtype: str = "bf16", dispatch_dtype: str = "fp8", seed: int = 0,
-            allow_oversubscribe: bool = True, cost_model: str = "roofline", launch: str | None = None):
+            allow_oversubscribe: bool = True, cost_model: str | None = None, launch: str | None = None,
+            runtime: str = "fused"):
     """One decode step as a Trace.
 
     allow_oversubscribe  False: raise ConfigError when a rank's weights + KV cache + activations + workspace +
                          runtime reserve exceed the chip's memory (fabric.capture.memory). The library default
                          (True) keeps existing recipes working; `fabric-capture` checks unless --allow-oversubscribe.
-    cost_model           "roofline" (default, ChipProfile.kernel_time_ns) or "shape" (fabric.capture.kernels)
-    launch               shape model: graph | eager | queue (default: the chip profile's [launch] mode)
+    cost_model           "roofline" (ChipProfile.kernel_time_ns) or "shape" (fabric.capture.kernels); default:
+                         roofline for the fused runtime (shipped traces unchanged), shape for the eager one
+    launch               shape model: graph | eager | queue (default: the chip profile's [launch] mode for the fused
+                         runtime, eager for the eager runtime)
+    runtime              "fused" (a serving engine's fused kernels, the default) or "eager" (one kernel per
+                         framework op; fabric.capture.runtime). With engine="torch" the eager kernels come from the
+                         recorded aten dispatch sequence of a TP-sharded copy of the model (ep == 1 only).
     """
+    from fabric.capture.runtime import check_runtime
+    check_runtime(runtime)
+    if cost_model is None:
+        cost_model = "shape" if runtime == "eager" else "roofline"
     name, cfg = resolve_model(model, hf_config)
-    spec = spec_from_config(cfg, name)
+    spec = spec_from_config(cfg, name, generic=engine == "torch" and runtime == "eager")
     plan = Plan(tp=tp, ep=ep, batch=batch, context=context, weight_dtype=weight_dtype,
-                dispatch_dtype=dispatch_dtype, seed=seed, cost_model=cost_model, launch=launch)
+                dispatch_dtype=dispatch_dtype, seed=seed, cost_model=cost_model, launch=launch, runtime=runtime)
     plan.check(spec)
     prof = load_chip(chip)
     if not allow_oversubscribe:
         from fabric.capture.memory import check_fits, memory_plan
         check_fits(memory_plan(spec, plan, prof), prof, plan, spec)
-    graph = logical_graph(spec, cfg, context, engine, seed=seed, batch=batch)
+    if engine == "torch" and runtime == "eager":
+        if ep != 1:
+            raise ConfigError("--engine torch --runtime eager records a tensor-parallel shard: use --ep 1 (or the "
+                              "analytic engine's eager template, which handles expert parallelism)")
+        from fabric.capture.torch_engine import eager_graph
+        graph = eager_graph(spec, cfg, context, tp, batch=batch, seed=seed)
+    else:
+        graph = logical_graph(spec, cfg, context, engine, seed=seed, batch=batch)
     meta = dict(schema_version=1, model=name, model_config=cfg, tool=f"fabric-capture/{engine}",
                 tool_version=fabric.__version__)
     return lower(graph, spec, plan, prof, meta)

@@ -169,12 +169,16 @@ def matrix_parts(chip, kp: KernelParams, G: int, M: int, K: int, N: int, wbytes:
 
 
 def attention_parts(chip, kp: KernelParams, seqs: int, groups: int, heads_per_group: int, ctx: int,
-                    row_bytes: float, dk: int, dv: int, fused_combine: bool | None = None) -> dict:
+                    row_bytes: float, dk: int, dv: int, fused_combine: bool | None = None,
+                    max_split: int | None = None) -> dict:
     """Decode attention (flash-decoding): `seqs` sequences x `groups` KV groups, each of `heads_per_group` query
-    heads, over `ctx` cached tokens of `row_bytes` each; split along the KV to fill the compute units."""
+    heads, over `ctx` cached tokens of `row_bytes` each; split along the KV to fill the compute units.
+    `max_split` caps the KV split (1: a kernel without split-KV, e.g. a framework's memory-efficient attention)."""
     units = max(1, seqs * groups)
     blocks = max(1, math.ceil(ctx / kp.attn_block_n))
     split = max(1, min(math.ceil(kp.sms / units), blocks))
+    if max_split is not None:
+        split = max(1, min(split, int(max_split)))
     chunk = math.ceil(ctx / split)
     ctas = units * split
     hq = heads_per_group

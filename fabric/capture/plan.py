@@ -14,6 +14,8 @@ Plan (tp, ep) over n_ranks = max(tp, ep) ranks:
 
 Kernel durations: the chip profile's roofline model (ChipProfile.kernel_time_ns) by default, or with
 Plan(cost_model="shape") the shape-aware model of fabric.capture.kernels (docs/compute-model.md).
+Plan(runtime="eager") expands every logical op into a plain framework's kernels (fabric.capture.runtime), one row
+each on one stream, costed by the shape model; "aten" ops (the torch engine's eager graph) are one kernel each.
 
 Collective sizes (coll_bytes) follow docs/trace-format.md: all-reduce/broadcast the buffer size, all-gather and
 reduce-scatter one rank's chunk, all-to-all the chunk sent to each peer (padded to the largest of the step, as a
@@ -29,6 +31,7 @@ import numpy as np
 from fabric.capture.chips import DTYPE_BYTES, ChipProfile
 from fabric.capture.graph import LogicalOp
 from fabric.capture.kernels import COMPUTE_DTYPE, LAUNCH_MODES, logical_op_time
+from fabric.capture.runtime import check_runtime, cost_kernels, eager_kernels, host_timeline
 from fabric.capture.spec import ModelSpec
 from fabric.errors import ConfigError
 from fabric.trace import (COLL_ALLGATHER, COLL_ALLREDUCE, COLL_ALLTOALL, KIND_COLLECTIVE, KIND_COMPUTE, OpTable,
@@ -49,7 +52,10 @@ class Plan:
     dispatch_dtype: str = "fp8"   # EP dispatch payload: fp8 + one fp32 scale per 128 values (DeepEP), or bf16
     seed: int = 0                 # routing oracle
     cost_model: str = "roofline"  # "roofline": ChipProfile.kernel_time_ns; "shape": fabric.capture.kernels
-    launch: str | None = None     # shape model only: graph | eager | queue (None: the chip profile's mode)
+    launch: str | None = None     # shape model only: graph | eager | queue (None: the chip profile's mode; the
+    #                               eager runtime: eager)
+    runtime: str = "fused"        # fused: a serving engine's kernels (one per logical op); eager: one kernel per
+    #                               framework op (fabric.capture.runtime)
 
     @property
     def n_ranks(self) -> int:
@@ -87,6 +93,10 @@ class Plan:
             raise ConfigError(f"cost model {self.cost_model!r} is not one of {', '.join(COST_MODELS)}")
         if self.launch is not None and self.launch not in LAUNCH_MODES:
             raise ConfigError(f"launch mode {self.launch!r} is not one of {', '.join(LAUNCH_MODES)}")
+        check_runtime(self.runtime)
+        if self.runtime == "eager" and self.cost_model != "shape":
+            raise ConfigError("the eager runtime is costed by the shape-aware model: use --cost-model shape (the "
+                              "roofline model has no per-kernel launch modes or split-K reduce kernels)")
 
 
 # ---------------------------------------------------------------- routing oracle
@@ -214,18 +224,37 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
     ep_info = {L: _ep_layout(spec, plan, routing[L], b_local) for L in moe_layers} if plan.ep > 1 else {}
     shape_cache: dict = {}
 
-    def duration(op, t_shard, b, flops, nbytes, dtype, moe) -> float:
+    kernel_count = [0]   # kernels launched per step on rank 0 (split-K reduces and split-KV combines included)
+    eager = plan.runtime == "eager"
+    launch = plan.launch or ("eager" if eager else None)
+
+    def _key(op, t_shard, b, moe):
+        return (op.op, op.name if eager else "", op.style, tuple(sorted(op.dims.items())), t_shard, b,
+                None if moe is None else tuple(sorted(moe.items())))
+
+    def duration(op, t_shard, b, flops, nbytes, dtype, moe, count) -> float:
         if plan.cost_model == "roofline":
+            kernel_count[0] += count
             return chip.kernel_time_ns(flops, nbytes, dtype)
-        key = (op.op, op.style, tuple(sorted(op.dims.items())), t_shard, b,
-               None if moe is None else tuple(sorted(moe.items())))
+        key = _key(op, t_shard, b, moe)
         if key not in shape_cache:
-            shape_cache[key] = logical_op_time(chip, op, t_shard, b, plan.weight_dtype, moe, plan.launch,
-                                               flops=flops, nbytes=nbytes)["time_ns"]
+            shape_cache[key] = logical_op_time(chip, op, t_shard, b, plan.weight_dtype, moe, launch,
+                                               flops=flops, nbytes=nbytes)
+        kernel_count[0] += count * shape_cache[key]["kernels"]
+        return shape_cache[key]["time_ns"]
+
+    def eager_rows(op, t_shard, b, moe, count) -> list[dict]:
+        key = ("eager",) + _key(op, t_shard, b, moe)
+        if key not in shape_cache:
+            shape_cache[key] = cost_kernels(chip, eager_kernels(chip, spec, op, t_shard, b, plan.weight_dtype, moe,
+                                                                plan.context + 1), launch)
+        kernel_count[0] += count * len(shape_cache[key])
         return shape_cache[key]
 
     def build(r: int) -> OpTable:
+        count = int(r == 0)
         bld = _Builder()
+        chain: list[tuple[int, float]] = []    # eager runtime: (row, the kernel's own GPU time) in issue order
         out: dict[tuple[int, str], int] = {}
         prev = None
         g_tp = tp_group(r)
@@ -242,40 +271,56 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
                 else:
                     rt = routing[op.layer][:plan.batch]
                     moe = dict(pairs=rt.size, active=len(np.unique(rt)), ep=1)
-            flops, nbytes = kernel_cost(op, t_shard, b, wbytes, moe)
-            dtype = COMPUTE_DTYPE[plan.weight_dtype] if op.op in ("linear", "qkv_linear", "router", "experts_gate_up",
-                                                                   "experts_down", "mla_absorb_k",
-                                                                   "mla_absorb_v") else "bf16"
-            deps = [prev] if op.after is None else [out.get((op.layer, a)) for a in op.after]
+            if eager:
+                flops = nbytes = dtype = None
+            else:
+                flops, nbytes = kernel_cost(op, t_shard, b, wbytes, moe)
+                dtype = COMPUTE_DTYPE[plan.weight_dtype] if op.op in (
+                    "linear", "qkv_linear", "router", "experts_gate_up", "experts_down", "mla_absorb_k",
+                    "mla_absorb_v") else "bf16"
+            deps = [prev] if (op.after is None or eager) else [out.get((op.layer, a)) for a in op.after]
+            stream = 0 if eager else op.stream          # an eager framework issues every kernel on one stream
             if ep_mode and op.name == "experts_gate_up":
                 info = ep_info[op.layer]
-                deps = [bld.add(deps, name="moe_dispatch", kind=KIND_COLLECTIVE, stream=op.stream,
+                deps = [bld.add(deps, name="moe_dispatch", kind=KIND_COLLECTIVE, stream=stream,
                                 coll_kind=COLL_ALLTOALL, coll_bytes=info["dispatch_bytes"], group=0,
                                 layer=op.layer, module=op.module)]
-            idx = bld.add(deps, name=op.name, kind=KIND_COMPUTE, stream=op.stream,
-                          duration_ns=duration(op, t_shard, b, flops, nbytes, dtype, moe), flops=flops,
-                          bytes=float(nbytes),
-                          layer=op.layer, module=op.module)
+            if eager:
+                idx = deps[0]
+                for k in eager_rows(op, t_shard, b, moe, count):
+                    k = dict(k)
+                    chain.append((len(bld.rows), k.pop("gpu_ns")))
+                    idx = bld.add([idx], kind=KIND_COMPUTE, stream=0, layer=op.layer, module=op.module, **k)
+            else:
+                idx = bld.add(deps, name=op.name, kind=KIND_COMPUTE, stream=op.stream,
+                              duration_ns=duration(op, t_shard, b, flops, nbytes, dtype, moe, count), flops=flops,
+                              bytes=float(nbytes),
+                              layer=op.layer, module=op.module)
             if ep_mode and op.name == "experts_down":
                 info = ep_info[op.layer]
-                idx = bld.add([idx], name="moe_combine_a2a", kind=KIND_COLLECTIVE, stream=op.stream,
+                idx = bld.add([idx], name="moe_combine_a2a", kind=KIND_COLLECTIVE, stream=stream,
                               coll_kind=COLL_ALLTOALL, coll_bytes=info["combine_bytes"], group=0,
                               layer=op.layer, module=op.module)
             if op.reduce_after and ep_mode:
                 if tp > 1:
-                    idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=op.stream,
+                    idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=stream,
                                   coll_kind=COLL_ALLGATHER, coll_bytes=b * spec.hidden * ACT, group=g_tp,
                                   layer=op.layer, module=op.module)
             elif op.reduce_after and tp > 1:
-                idx = bld.add([idx], name=f"{op.name}.allreduce", kind=KIND_COLLECTIVE, stream=op.stream,
+                idx = bld.add([idx], name=f"{op.name}.allreduce", kind=KIND_COLLECTIVE, stream=stream,
                               coll_kind=COLL_ALLREDUCE, coll_bytes=b * spec.hidden * ACT, group=g_tp,
                               layer=op.layer, module=op.module)
             if op.gather_after and tp > 1:
-                idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=op.stream,
-                              coll_kind=COLL_ALLGATHER, coll_bytes=b * _shard(op.dims["out"], tp) * ACT,
+                idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=stream,
+                              coll_kind=COLL_ALLGATHER, coll_bytes=b * (_shard(op.dims["out"], tp) if "out" in op.dims
+                                                                else op.dims["vocab_local"]) * ACT,
                               group=g_tp, layer=op.layer, module=op.module)
             out[(op.layer, op.name)] = idx
             prev = idx
+        if eager and launch == "eager":        # the host runs ahead of the GPU (fabric.capture.runtime)
+            eff = host_timeline([g for _, g in chain], chip.kernels.launch_ns["eager"])
+            for (i, _), d in zip(chain, eff):
+                bld.rows[i]["duration_ns"] = d
         return bld.table()
 
     if plan.ep == 1:
@@ -286,9 +331,10 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
     meta = dict(meta)
     plan_meta = dict(tp=plan.tp, ep=plan.ep, dp=dp, n_ranks=n, weight_dtype=plan.weight_dtype,
                      dispatch_dtype=plan.dispatch_dtype, routing_seed=plan.seed, batch_per_replica=b_local)
-    if plan.cost_model != "roofline":   # the default model leaves the metadata as it always was
+    if plan.cost_model != "roofline" or eager:   # the default model leaves the metadata as it always was
         plan_meta.update(cost_model=plan.cost_model,
-                         launch=plan.launch or getattr(chip.kernels, "launch_mode", None))
+                         launch=launch or getattr(chip.kernels, "launch_mode", None),
+                         runtime=plan.runtime, kernels_per_step=int(kernel_count[0]))
     meta.update(plan=plan_meta,
                 batch=plan.batch, context=plan.context, chip=chip.name)
     return Trace(meta=meta, n_ranks=n, groups=groups, ops=ops)

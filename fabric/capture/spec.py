@@ -91,10 +91,37 @@ def _get(d: dict, key: str, name: str, default=None, lo: int = 0):
     return v
 
 
-def spec_from_config(d: dict, name: str | None = None) -> ModelSpec:
-    """Parse an HF config dict; raises ConfigError naming the field that is missing or wrong."""
+def generic_spec(d: dict, name: str) -> ModelSpec:
+    """Any transformers decoder with the standard config fields (Mixtral, Gemma, Phi, ...): family "generic", read as
+    GQA attention with a dense or routed-expert MLP. Only the torch engine's eager runtime captures such a model (its
+    kernels come from the recorded aten ops); the fields here size the plan checks and the memory plan."""
+    g = lambda k, default=None, lo=1: _get(d, k, name, default, lo)  # noqa: E731
+    hidden, layers, vocab, heads = g("hidden_size"), g("num_hidden_layers"), g("vocab_size"), g("num_attention_heads")
+    kv_heads = g("num_key_value_heads", heads)
+    n_exp = d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts") or 0
+    if isinstance(n_exp, bool) or not isinstance(n_exp, int) or n_exp < 0:
+        raise ConfigError(f"model config {name}: the number of experts {n_exp!r} must be an integer >= 0")
+    inter = g("intermediate_size")
+    s = ModelSpec(name=name, model_type=str(d.get("model_type")), family="generic", hidden=hidden, layers=layers,
+                  vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=g("head_dim", hidden // heads), inter=inter,
+                  moe_inter=d.get("moe_intermediate_size") or inter, n_experts=n_exp,
+                  topk=g("num_experts_per_tok", 0, 0) if n_exp else 0,
+                  dense_layers=() if n_exp else tuple(range(layers)), config=dict(d))
+    if s.heads % s.kv_heads:
+        raise ConfigError(f"model config {name}: num_attention_heads={heads} is not a multiple of "
+                          f"num_key_value_heads={kv_heads}")
+    if s.is_moe and not 1 <= s.topk <= s.n_experts:
+        raise ConfigError(f"model config {name}: num_experts_per_tok={s.topk} must be in [1, {s.n_experts}]")
+    return s
+
+
+def spec_from_config(d: dict, name: str | None = None, generic: bool = False) -> ModelSpec:
+    """Parse an HF config dict; raises ConfigError naming the field that is missing or wrong.
+    generic=True: a model_type outside the built-in families is read by `generic_spec` instead of refused."""
     name = name or d.get("_name_or_path") or d.get("model_type") or "model"
     mt = d.get("model_type")
+    if generic and mt not in MLA_TYPES + QWEN_MOE_TYPES + LLAMA_TYPES:
+        return generic_spec(d, name)
     if mt in MLA_TYPES:
         family = "mla_moe"
     elif mt in QWEN_MOE_TYPES:
@@ -103,7 +130,8 @@ def spec_from_config(d: dict, name: str | None = None) -> ModelSpec:
         family = "gqa_dense"
     else:
         raise ConfigError(f"model config {name}: model_type {mt!r} is not supported (supported: "
-                          f"{', '.join(MLA_TYPES + QWEN_MOE_TYPES + LLAMA_TYPES)})")
+                          f"{', '.join(MLA_TYPES + QWEN_MOE_TYPES + LLAMA_TYPES)}; other transformers decoders "
+                          f"capture with --engine torch --runtime eager)")
     g = lambda k, default=None, lo=1: _get(d, k, name, default, lo)  # noqa: E731
     hidden, layers, vocab, heads = g("hidden_size"), g("num_hidden_layers"), g("vocab_size"), g("num_attention_heads")
     kv_heads = g("num_key_value_heads", heads)

@@ -17,6 +17,10 @@
    attention, which that plan leaves out.
 
 The result is the same logical graph (fabric.capture.graph.LogicalOp) the analytic engine builds from the config.
+
+Eager runtime (`eager_graph`): no fusion. A TP-sharded copy of the model (`shard_config`) is recorded with each op's
+inputs, outputs and aliasing, and every recorded aten op that launches a kernel becomes one LogicalOp of type "aten"
+(fabric.capture.runtime.aten_parts costs it by shape).
 """
 from __future__ import annotations
 
@@ -53,6 +57,21 @@ def _model_class(spec: ModelSpec, config: dict):
     torch, tf = _import_torch()
     cfg = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "quantization_config",
                                                           "auto_map", "_name_or_path")}
+    if spec.family == "generic":     # any transformers decoder (eager runtime only)
+        try:
+            conf = tf.AutoConfig.for_model(spec.model_type, **cfg)
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(f"torch capture: transformers does not know model_type {spec.model_type!r}: {exc}") \
+                from None
+        conf._attn_implementation = "sdpa"
+
+        def build(c):
+            try:
+                return tf.AutoModelForCausalLM.from_config(c)
+            except ValueError:            # no SDPA path for this architecture: its eager attention (matmul, softmax)
+                c._attn_implementation = "eager"
+                return tf.AutoModelForCausalLM.from_config(c)
+        return conf, build
     if spec.family == "mla_moe":
         conf, cls = tf.DeepseekV3Config(**cfg), tf.DeepseekV3ForCausalLM
     elif spec.family == "gqa_moe":
@@ -69,6 +88,7 @@ class _Recorder:
     def __init__(self, torch):
         from torch.utils._python_dispatch import TorchDispatchMode
         self.ops: list[tuple[str, str, list]] = []
+        self.detail: list[dict] | None = None   # set to [] to record dtypes, outputs and aliasing (eager runtime)
         self.stack: list[str] = []
         rec = self
 
@@ -79,18 +99,41 @@ class _Recorder:
                           (a if isinstance(a, (int, float)) else None) for a in args]
                 rec.ops.append((str(func).split(".")[1] if str(func).startswith("aten.") else str(func),
                                 rec.stack[-1] if rec.stack else "", shapes))
+                if rec.detail is not None:
+                    rec.detail.append(_detail(torch, rec.ops[-1], args, out))
                 return out
         self.mode = Mode()
 
 
-def record(spec: ModelSpec, config: dict, context: int, batch: int = 1, seed: int = 0):
-    """Run one decode step of the real model on the meta device; returns (recorded ops, model config object)."""
+def _tensors(x):
+    import torch
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _tensors(y)]
+    return []
+
+
+def _detail(torch, op, args, out) -> dict:
+    """What the eager runtime needs of one recorded aten op: input / output shapes and element sizes, and whether
+    every output aliases an input (a view: no kernel)."""
+    ins, outs = _tensors(list(args)), _tensors(out)
+    alias = bool(outs) and all(any(torch._C._is_alias_of(o, i) for i in ins) for o in outs)
+    return dict(name=op[0], module=op[1], ins=[(tuple(t.shape), t.element_size()) for t in ins],
+                outs=[(tuple(t.shape), t.element_size()) for t in outs], alias=alias)
+
+
+def record(spec: ModelSpec, config: dict, context: int, batch: int = 1, seed: int = 0, detail: bool = False):
+    """Run one decode step of the real model on the meta device; returns (recorded ops, model config object), and
+    with detail=True a third item: per recorded op, its inputs, outputs and aliasing (fabric.capture.runtime)."""
     torch, tf = _import_torch()
     conf, cls = _model_class(spec, config)
     with torch.device("meta"):
         model = cls(conf).to(torch.bfloat16)
     names = {id(m): n for n, m in model.named_modules()}
     rec = _Recorder(torch)
+    if detail:
+        rec.detail = []
 
     def fake_experts(self, hidden_states, top_k_index, top_k_weights):
         """Run only the experts the oracle routes to (meta tensors hold no routing values)."""
@@ -123,8 +166,8 @@ def record(spec: ModelSpec, config: dict, context: int, batch: int = 1, seed: in
                 k = torch.empty(batch, 1, context, spec.kv_lora, dtype=torch.bfloat16)
                 v = torch.empty(batch, 1, context, spec.rope, dtype=torch.bfloat16)
             else:
-                k = torch.empty(batch, spec.kv_heads, context, spec.head_dim, dtype=torch.bfloat16)
-                v = torch.empty(batch, spec.kv_heads, context, spec.head_dim, dtype=torch.bfloat16)
+                k = torch.empty(batch, conf.num_key_value_heads, context, spec.head_dim, dtype=torch.bfloat16)
+                v = torch.empty(batch, conf.num_key_value_heads, context, spec.head_dim, dtype=torch.bfloat16)
             cache.update(k, v, i)
         ids = torch.zeros(batch, 1, dtype=torch.long)
         pos = torch.full((batch, 1), context, dtype=torch.long)
@@ -138,7 +181,93 @@ def record(spec: ModelSpec, config: dict, context: int, batch: int = 1, seed: in
     finally:
         h1.remove()
         h2.remove()
-    return rec.ops, conf
+    return (rec.ops, conf, rec.detail) if detail else (rec.ops, conf)
+
+
+# ---------------------------------------------------------------- eager runtime: the recorded aten sequence
+
+NO_KERNEL = {"empty", "new_empty", "empty_like", "empty_strided", "alias", "detach", "lift_fresh", "item",
+             "_local_scalar_dense", "sym_size", "sym_numel", "is_nonzero"}
+
+
+
+def shard_config(spec: ModelSpec, config: dict, tp: int) -> tuple[ModelSpec, dict]:
+    """One tensor-parallel rank as a model of its own: heads, KV heads, (expert) intermediate sizes and the vocabulary
+    divided by tp (replicated modules keep their sizes), the head size pinned. Recording it gives the rank's kernels
+    with their sharded shapes directly (what a plain-PyTorch TP shard runs)."""
+    import dataclasses
+    sh = lambda n: -(-n // tp)  # noqa: E731
+    cfg = dict(config)
+    kv = sh(spec.kv_heads) if spec.family != "mla_moe" else spec.heads // tp
+    cfg.update(num_attention_heads=spec.heads // tp, num_key_value_heads=kv, vocab_size=sh(spec.vocab))
+    for k in ("bos_token_id", "eos_token_id", "pad_token_id"):   # ids of the full vocabulary: not in the shard's
+        cfg[k] = None
+    if spec.family != "mla_moe":
+        cfg["head_dim"] = spec.head_dim
+    if "intermediate_size" in cfg:
+        cfg["intermediate_size"] = sh(cfg["intermediate_size"])
+    if cfg.get("moe_intermediate_size"):
+        cfg["moe_intermediate_size"] = sh(cfg["moe_intermediate_size"])
+    sspec = dataclasses.replace(spec, heads=spec.heads // tp, kv_heads=kv if spec.family != "mla_moe"
+                                else spec.kv_heads, vocab=sh(spec.vocab))
+    return sspec, cfg
+
+
+def eager_graph(spec: ModelSpec, config: dict, context: int, tp: int, batch: int = 1, seed: int = 0) \
+        -> list[LogicalOp]:
+    """The eager runtime's kernels of one TP rank from the recorded aten dispatch sequence of a TP-sharded copy of the
+    model (shard_config): every recorded op that launches a kernel (not a view, not an allocation) becomes one
+    LogicalOp of type "aten" (fabric.capture.runtime.aten_parts costs it by shape), in dispatch order on one stream.
+    Collectives: an all-reduce after the embedding, after each row-parallel projection of attention (o_proj) and
+    of a dense MLP (down_proj), after each MoE block (routed + shared partial sums), an all-gather after the LM head."""
+    sspec, cfg = shard_config(spec, config, tp)
+    _, conf, detail = record(sspec, cfg, context, batch=batch, seed=seed, detail=True)
+    mlp_moe = {f"model.layers.{i}.mlp" for i in range(spec.layers) if spec.layer_is_moe(i)}
+    kern = []
+    for d in detail:
+        n = d["name"]
+        inplace = n.endswith("_") and not n.startswith("_")
+        if n in NO_KERNEL or not d["outs"] or (d["alias"] and not inplace):
+            continue
+        kern.append(d)
+
+    def last(pred):
+        idx = [k for k, d in enumerate(kern) if pred(d["module"])]
+        return idx[-1] if idx else None
+
+    tp_plan = dict(getattr(conf, "base_model_tp_plan", None) or {})
+    if spec.family == "mla_moe":
+        tp_plan = {**MLA_TP_OVERRIDE, **tp_plan}
+    in_moe = lambda x: any(x == m or x.startswith(m + ".") for m in mlp_moe)  # noqa: E731
+    # row-parallel modules outside MoE blocks (o_proj, down_proj, and whatever else the model's TP plan marks
+    # rowwise, e.g. Phi's dense / fc2): their partial sums are all-reduced
+    rowwise = {d["module"] for d in kern if d["module"] and not in_moe(d["module"])
+               and _style(tp_plan, d["module"], "") == "rowwise"}
+    reduce_at, gather_at = set(), set()
+    if tp > 1:
+        reduce_at.add(last(lambda m: m == "model.embed_tokens"))
+        for i in range(spec.layers):
+            p = f"model.layers.{i}"
+            reduce_at.add(last(lambda m: m == f"{p}.self_attn.o_proj"))
+            m = f"{p}.mlp"
+            if m in mlp_moe:
+                reduce_at.add(last(lambda x: x == m or x.startswith(m + ".")))
+            else:
+                reduce_at.add(last(lambda x: x == f"{m}.down_proj"))
+        for mod in rowwise:
+            reduce_at.add(last(lambda x: x == mod))
+        gather_at.add(last(lambda m: m == "lm_head"))
+    reduce_at.discard(None)
+    gather_at.discard(None)
+    out = []
+    for k, d in enumerate(kern):
+        mod = d["module"]
+        layer = int(mod.split(".")[2]) if mod.startswith("model.layers.") else -1
+        dims = dict(aten=d["name"], ins=tuple(d["ins"]), outs=tuple(d["outs"]), hidden=spec.hidden,
+                    vocab_local=sspec.vocab)
+        out.append(LogicalOp(layer, f"{d['name']}#{k}", "aten", mod or "model", "aten", dims,
+                             reduce_after=k in reduce_at, gather_after=k in gather_at))
+    return out
 
 
 # ---------------------------------------------------------------- fusion: recording -> logical graph

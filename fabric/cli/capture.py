@@ -28,18 +28,28 @@ from fabric.cli.common import Command, check_writable, friendly
               help="write the trace even when a rank's weights, KV cache and workspace exceed the chip's memory")
 @click.option("--dispatch-dtype", type=click.Choice(["bf16", "fp8"]), default="fp8", show_default=True,
               help="payload dtype of the expert-parallel dispatch")
+@click.option("--runtime", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
+              help="fused: a serving engine's fused kernels (what the SD200 stack runs); eager: a plain framework, "
+                   "one kernel per framework op (split-K reduces, copies, separate elementwise ops)")
+@click.option("--cost-model", type=click.Choice(["roofline", "shape"]), default=None,
+              help="kernel cost model: roofline (default for --runtime fused) or the shape-aware model (default and "
+                   "required for --runtime eager); docs/compute-model.md")
+@click.option("--launch", type=click.Choice(["graph", "eager", "queue"]), default=None,
+              help="shape model: how kernels are launched (default: the chip profile's mode; eager for --runtime "
+                   "eager)")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="seed of the routing oracle")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="trace file to write")
 @friendly
 def main(model, hf_config, tp, ep, batch, context, chip, engine, weight_dtype, allow_oversubscribe, dispatch_dtype,
-         seed, output):
+         runtime, cost_model, launch, seed, output):
     check_writable(output, "-o")
     from fabric import trace as T
     from fabric.capture import capture
     t0 = time.perf_counter()
     tr = capture(model, hf_config, tp=tp, ep=ep, batch=batch, context=context, chip=chip, engine=engine,
                  weight_dtype=weight_dtype, dispatch_dtype=dispatch_dtype, seed=seed,
-                 allow_oversubscribe=allow_oversubscribe)
+                 allow_oversubscribe=allow_oversubscribe, runtime=runtime, cost_model=cost_model,
+                 launch=launch)
     T.write(output, tr)
     s = T.summary(tr)
     colls = ", ".join(f"{min(c['count_per_rank'])}-{max(c['count_per_rank'])} x {c['kind']} {c['bytes']:,} B"
@@ -47,5 +57,5 @@ def main(model, hf_config, tp, ep, batch, context, chip, engine, weight_dtype, a
                       else f"{c['count_per_rank'][0]} x {c['kind']} {c['bytes']:,} B" for c in s["collectives"])
     us = s["compute_us_per_rank"]
     click.echo(f"wrote {output}: {s['model']}, {tr.n_ranks} ranks, {max(s['ops_per_rank'])} ops per rank, "
-               f"{colls or 'no collectives'}; compute {min(us):.1f}-{max(us):.1f} us per rank "
+               f"{colls or 'no collectives'}; {runtime} runtime; compute {min(us):.1f}-{max(us):.1f} us per rank "
                f"({time.perf_counter() - t0:.2f} s)")
