@@ -3,7 +3,7 @@
 An idle output is arbitrated after every event that may let one of its queue heads go. Most such events cannot on
 the channel they touch (a packet entering a switch pipeline, an Ack that relieved no limit, a credit return with no
 head short of credits, a grant that released no store), and the kernel skips those arbitrations when the channel is
-settled (pyx/fabric/_kernel/kernel.pyx, settled()). Exact only if the run with skip_settled=False, which arbitrates
+settled (pyx/fabric/_kernel/switch.pxi, settled()). Exact only if the run with skip_settled=False, which arbitrates
 at every such event, gives identical task times, counters, link state, transfers and event counts.
 """
 import pytest

@@ -1,6 +1,6 @@
 """The kernel's event queue: delay lanes beside the heap pop exactly the heap's sequence.
 
-Events created a fixed delay before they fire wait in FIFO lanes (pyx/fabric/_kernel/kernel.pyx, "delay lanes").
+Events created a fixed delay before they fire wait in FIFO lanes (pyx/fabric/_kernel/events.pxi, "delay lanes").
 That is a speed-up only if it changes nothing: the same run with every event in the heap (event_lanes=0) must give
 identical task times, counters, link state, transfers and event counts, also when run() is paused and resumed.
 """

@@ -2,7 +2,7 @@
 
 Each unit sent asks the physical layer whether it is corrupted (injected flit faults, bit errors placed by skip
 sampling). Most units end before their channel's next fault and next errored bit, and a per-channel countdown of
-bytes lets them skip the look (pyx/fabric/_kernel/kernel.pyx, phy_unit and last_byte_before). Exact only if every
+bytes lets them skip the look (pyx/fabric/_kernel/phy.pxi, phy_unit and last_byte_before). Exact only if every
 run gives identical results with the countdown off (every unit looked at): task times, counters (corrupted units
 and flits), link state, transfers and event counts. High bit error rates put errors at unit boundaries often, so
 a bound one byte off shows.
