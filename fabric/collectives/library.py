@@ -50,7 +50,6 @@ class Const:
 
 
 _FIT = "fitted (issue 16: log-space least squares over all calibration tables, each table weighted equally)"
-_CAL = "/work/shared/calibration/"
 
 # The nccl-like profile. Fitted constants name the calibration file(s) that determine them (docs/calibration.md);
 # NCCL facts name NCCL's source; no H100 measurement was used.
