@@ -168,7 +168,23 @@ class SimConfig(_Section):
                       reason="fixed so that runs are reproducible bit for bit")
     watchdog_ns: float = param(1e6, unit="ns", lo=0, lo_open=True, hi=1e15,
                                help="stop with a report if packets are in flight and nothing moves for this long",
-                               reason="1 ms is far beyond any legitimate stall (replay timer 2 us, retrain 5 us)")
+                               reason="1 ms is far beyond any legitimate stall (replay timer 2 us, retrain 5 us); "
+                                      "a value below the longest idle gap of a healthy run (idle_gap_ns: replay "
+                                      "timer + retrain + credit refresh + Ack/UpdateFC timers + one crossing of "
+                                      "the fabric) is refused")
+    max_events: int = param(0, unit="events", lo=0, hi=2**62,
+                            help="refuse a packet-engine run whose estimated kernel events (from the task graph's "
+                                 "packets and the routes' hops, before the run) exceed this; 0 = auto",
+                            reason="auto = 2e9 events, 1-3 minutes of kernel time at 10-30 M events/s (the "
+                                   "largest bench case has 7.4e7): a time budget, since the kernel's memory does not "
+                                   "grow with events (sim.max_memory_mb bounds that); raise it explicitly to run "
+                                   "anyway")
+    max_memory_mb: int = param(0, unit="MiB", lo=0, hi=1 << 40,
+                               help="refuse a run (or a topology's routing) whose estimated memory exceeds this; "
+                                    "0 = auto",
+                               reason="auto = half of the machine's physical memory (os.sysconf), so that an "
+                                      "oversized fabric is refused up front instead of dying in MemoryError or "
+                                      "swapping the machine")
 
 
 @dataclass(frozen=True)
@@ -431,6 +447,40 @@ class FabricConfig:
 _DIMS = re.compile(r"[1-9][0-9]*([x*][1-9][0-9]*){0,2}")
 
 
+def idle_gap_ns(c: FabricConfig) -> float:
+    """The longest a healthy run can go without progress (no unit accepted, packet delivered or task done), from
+    the config alone: a lost unit waits for the replay timer, a failed replay ends in a retrain, a lost UpdateFC
+    waits for the credit refresh, Acks and UpdateFCs wait for their timers, and a packet crosses the fabric (PHY,
+    wire, switch, endpoint and NIC latencies) before it counts. sim.watchdog_ns below this is refused."""
+    p, lk, ep, t = c.phy, c.link, c.endpoint, c.topology
+    hop = p.tx_latency_ns + p.rx_latency_ns + max(p.cable_m, t.eth_cable_m) * p.wire_ns_per_m
+    crossing = (4 * hop + 2 * max(c.switch.latency_ns, t.accel_router_ns, t.eth_switch_latency_ns)
+                + 2 * t.nic_latency_ns + t.eth_phy_latency_ns + ep.issue_ns + ep.completion_ns
+                + ep.translation_ns + ep.p2p_forward_ns)
+    return (lk.replay_timer_ns + lk.retrain_ns + lk.credit_refresh_ns + lk.ack_timer_ns + lk.credit_update_ns
+            + crossing)
+
+
+def _machine_memory_mb() -> int:
+    import os
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20)
+    except (ValueError, OSError, AttributeError):     # not POSIX: assume a 16 GiB machine
+        return 16 << 10
+
+
+AUTO_MAX_EVENTS = 2_000_000_000
+
+
+def resource_limits(c: FabricConfig) -> tuple[int, int, str]:
+    """(max_events, max_memory_mb, how): sim.max_events / sim.max_memory_mb with 0 resolved (events: AUTO_MAX_EVENTS,
+    a time budget; memory: half of the machine's physical memory); `how` names the machine's memory."""
+    mem = _machine_memory_mb()
+    events = c.sim.max_events or AUTO_MAX_EVENTS
+    memory = c.sim.max_memory_mb or max(256, mem // 2)
+    return events, memory, f"machine memory {mem} MiB"
+
+
 def _cross_check(c: FabricConfig) -> None:
     for key in ("switch_mesh_dims", "mesh_dims"):      # checked whether or not this topology kind uses it
         value = getattr(c.topology, key)
@@ -448,6 +498,11 @@ def _cross_check(c: FabricConfig) -> None:
         raise ConfigError(f"endpoint.e2e_window_bytes={c.endpoint.e2e_window_bytes} is smaller than one packet "
                           f"(txn.max_payload_bytes={c.txn.max_payload_bytes}); raise it to >= "
                           f"{c.txn.max_payload_bytes}")
+    gap = idle_gap_ns(c)
+    if c.sim.watchdog_ns < gap:
+        raise ConfigError(f"sim.watchdog_ns={c.sim.watchdog_ns:g} is below the longest idle gap of a healthy run "
+                          f"({gap:g} ns: replay timer + retrain + credit refresh + Ack/UpdateFC timers + one "
+                          f"crossing of the fabric); use >= {math.ceil(gap):d}")
     if c.link.replay_buffer_flits and need > c.link.replay_buffer_flits:
         raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits but link.replay_buffer_flits="
                           f"{c.link.replay_buffer_flits}; raise it to >= {need} or lower the payload")
@@ -473,6 +528,19 @@ def _field(key: str):
 def _coerce(key: str, f, value: Any):
     kind = type(f.default)
     try:
+        # strict: a TOML bool is not a number, a number is not a bool or a text, a table or array is nothing;
+        # --set values arrive as text and are parsed below
+        import numbers
+        is_bool = isinstance(value, bool) or (type(value).__module__ == "numpy"        # numpy's bool too
+                                              and type(value).__name__ in ("bool", "bool_"))
+        if is_bool and kind is not bool:
+            raise TypeError
+        if not (is_bool or isinstance(value, (numbers.Real, str))):
+            raise TypeError
+        if kind is bool and not (is_bool or isinstance(value, str)):
+            raise TypeError
+        if kind is str and not isinstance(value, str):
+            raise TypeError
         if kind is bool:
             if isinstance(value, str):
                 if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -480,7 +548,7 @@ def _coerce(key: str, f, value: Any):
                 return value.lower() in ("true", "1", "yes")
             return bool(value)
         if kind is int:
-            if isinstance(value, float) and not value.is_integer():
+            if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
                 raise ValueError
             v = float(value) if isinstance(value, str) and ("e" in value.lower() or "." in value) else value
             if isinstance(v, float) and not v.is_integer():
@@ -489,8 +557,9 @@ def _coerce(key: str, f, value: Any):
         if kind is float:
             return float(value)
         return str(value) if kind is str else value
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__} ({f.metadata['help']})") from None
+    except (TypeError, ValueError, OverflowError):
+        got = "" if isinstance(value, str) else f", got a {type(value).__name__}"
+        raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__}{got} ({f.metadata['help']})") from None
 
 
 def _apply(base: FabricConfig, updates: dict[str, Any]) -> FabricConfig:
@@ -532,6 +601,16 @@ def preset_text(name: str) -> str:
     return resources.files("fabric.presets").joinpath(f"{name}.toml").read_text()
 
 
+def read_text_file(path: str | Path, what: str = "file") -> str:
+    """The text of a UTF-8 file; anything else (a binary, Latin-1, UTF-16 file) is one ConfigError line."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r}"
+                          f"); save it as UTF-8 TOML") from None
+
+
 def _parse_toml(text: str, source: str) -> dict:
     try:
         return tomllib.loads(text)
@@ -559,7 +638,7 @@ def load_config(preset: str | None = None, config_file: str | Path | None = None
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        cfg = _apply(cfg, _flatten_toml(_parse_toml(path.read_text(), str(path)), str(path)))
+        cfg = _apply(cfg, _flatten_toml(_parse_toml(read_text_file(path, "config file"), str(path)), str(path)))
     if overrides:
         cfg = _apply(cfg, overrides)
     return cfg

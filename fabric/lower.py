@@ -33,11 +33,16 @@ from fabric.taskgraph import COMPUTE, GraphBuilder, TaskGraph
 from fabric.trace import COLL_NAMES, KIND_COLLECTIVE, KIND_COMPUTE, KIND_RECV, KIND_SEND
 
 
+MAX_FRAGMENT_BYTES = 1 << 52     # a whole collective's buffer: x 1000 ps/B = 4.5e18 ps, below int64's 9.2e18
+
+
 def fragment_nbytes(kind: str, coll_bytes: int, n: int) -> int:
     """The fragment's nbytes for a trace op's coll_bytes (the one place that knows both conventions)."""
-    if kind in ("allgather", "reduce_scatter", "alltoall"):
-        return int(coll_bytes) * int(n)
-    return int(coll_bytes)
+    nb = int(coll_bytes) * int(n) if kind in ("allgather", "reduce_scatter", "alltoall") else int(coll_bytes)
+    if not 0 <= nb <= MAX_FRAGMENT_BYTES:      # Python ints: checked before any int64 array holds it
+        raise TraceError(f"a {kind} of {int(coll_bytes)} B over {int(n)} ranks moves {nb} B, more than the "
+                         f"{MAX_FRAGMENT_BYTES} B (2^52) one collective may move (docs/trace-format.md §Bounds)")
+    return nb
 
 
 def _cat(tables, col, dtype=None):

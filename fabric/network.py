@@ -5,7 +5,43 @@ from __future__ import annotations
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.routing import check_deadlock_free, route
-from fabric.topology import BUILDERS, Topology
+from fabric.topology import BUILDERS, Topology, parse_dims
+
+
+def size_estimate(cfg: FabricConfig) -> dict:
+    """Ranks, switches and a lower bound of the routing's memory (every rank pair's route: pair and path pointers,
+    channels and VC levels of at least one shortest path, x2 for the temporaries of its construction), from the
+    config alone, before anything is built."""
+    t = cfg.topology
+    kind = t.kind
+    if kind == "sd200":
+        dims = parse_dims(t.switch_mesh_dims, "topology.switch_mesh_dims")
+        ranks, switches, hops = dims[0] * dims[1] * dims[2] * t.accels_per_domain, dims[0] * dims[1] * dims[2], \
+            sum(d - 1 for d in dims) / 3 + 2
+    elif kind in ("accel_mesh", "accel_torus"):
+        dims = parse_dims(t.mesh_dims, "topology.mesh_dims")
+        ranks, switches, hops = dims[0] * dims[1] * dims[2], 0, max(1.0, sum(d - 1 for d in dims) / 3)
+    elif kind in ("scaleout_roce", "hgx"):
+        ranks, switches, hops = t.scaleout_hosts * t.accels_per_domain, t.scaleout_hosts * t.switch_planes + 1, 2.0
+    else:
+        ranks, switches, hops = 2, 0, 1.0
+    route_B = 2.0 * ranks * ranks * (8 + 8 + 5 * hops)
+    return dict(ranks=ranks, switches=switches, memory_mb=route_B / 2**20)
+
+
+def check_size(cfg: FabricConfig) -> dict:
+    """Refuse a fabric whose routing alone would exceed sim.max_memory_mb, before building it."""
+    from fabric.config import resource_limits
+    est = size_estimate(cfg)
+    _, max_mb, how = resource_limits(cfg)
+    if est["memory_mb"] > max_mb:
+        given = f"sim.max_memory_mb={cfg.sim.max_memory_mb}" if cfg.sim.max_memory_mb else \
+            f"sim.max_memory_mb (auto {max_mb}, {how})"
+        raise ConfigError(f"topology {cfg.topology.kind} with {est['ranks']} accelerators would need at least "
+                          f"{est['memory_mb']:.0f} MiB for its routes ({est['ranks']}^2 rank pairs), above {given}; "
+                          f"use a smaller fabric or raise it with --set sim.max_memory_mb="
+                          f"{int(est['memory_mb'] * 1.1) + 1}")
+    return est
 
 
 def build(cfg: FabricConfig, *, routing: str = "auto", check: bool = True) -> Topology:
@@ -19,6 +55,7 @@ def build(cfg: FabricConfig, *, routing: str = "auto", check: bool = True) -> To
     except KeyError:
         raise ConfigError(f"topology.kind={cfg.topology.kind!r} has no builder; use one of "
                           f"{', '.join(BUILDERS)}") from None
+    check_size(cfg)
     topo = builder(cfg)
     route(topo, method=routing)
     if check:

@@ -14,7 +14,7 @@ from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.lower import lower
 from fabric.network import build
-from fabric.report import collective_summary, link_summary, step_summary
+from fabric.report import collective_summary, link_summary, step_summary, task_layers
 from fabric.taskgraph import COMPUTE, REDUCE
 
 
@@ -33,7 +33,7 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     lower_s = time.perf_counter() - t0
     res = sim.run(cfg, topo, graph, engine=engine, progress=progress)
     start, end = res.task_start_ps, res.task_end_ps
-    step = step_summary(graph, start, end)
+    step = step_summary(graph, start, end, task_layers(graph, tr))
     step_ps = step["step_ps"]
     comp_mask = (graph.kind == COMPUTE) & (graph.coll < 0)
     per_rank_compute = np.bincount(graph.rank[comp_mask], weights=graph.duration_ps[comp_mask],
@@ -48,8 +48,10 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         comm_fraction=step["comm_fraction"],
         compute_busy_us_max_rank=float(per_rank_compute.max() / 1e6),
         reduce_us_total=float(graph.duration_ps[graph.kind == REDUCE].sum() / 1e6),
-        critical_path_tasks=step["critical_path_tasks"], collectives=collective_summary(graph, start, end),
+        critical_path_tasks=step["critical_path_tasks"], layers=step["layers"],
+        collectives=collective_summary(graph, start, end),
         links=link_summary(topo, res, step_ps),
+        channel_utilisation=[round(float(u), 6) for u in res.counters["busy_ps"] / max(step_ps, 1)],  # per channel
         packets_delivered=int(t["delivered"]), packets_dropped=int(t["carved"] - t["delivered"]),
         packets_duplicated=int(t["duplicates"]), packets_out_of_order=int(t["out_of_order"]),
         e2e_holds=int(t["e2e_holds"]),

@@ -10,11 +10,16 @@ import numpy as np
 from fabric.taskgraph import COMPUTE, TaskGraph
 
 
-def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
+def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray, groups: np.ndarray | None = None) -> dict:
     """Walk back from the last task to finish, always to the constraint that released it (the predecessor that
     finished last, or the task before it on the same stream). Time on the model's compute tasks is compute;
     everything else on the path (transfers, local reductions, flags, a collective's launch and wait points, and
-    waiting) is exposed communication. The two add up to the step."""
+    waiting) is exposed communication. The two add up to the step.
+
+    groups (int per task, -1 = none; e.g. the model layer of each compute task) adds "by_group": {group:
+    [compute_ps, comm_ps]}, a split of the same totals. A compute task's time goes to its group; communication and
+    waiting go to the group of the last grouped compute task before them on the path (the layer whose output is
+    being communicated), or to the first one after them when none precedes."""
     ptr, pred = graph.predecessors_csr()
     stream_prev = np.full(graph.n_tasks, -1, np.int64)
     on_stream = np.flatnonzero(graph.stream >= 0)
@@ -27,6 +32,7 @@ def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
     t = int(np.argmax(end))
     compute_ps = comm_ps = 0
     length = 0
+    path = [] if groups is not None else None
     while t >= 0:
         cands = list(pred[ptr[t]:ptr[t + 1]])
         if stream_prev[t] >= 0:
@@ -36,20 +42,55 @@ def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
         if graph.kind[t] == COMPUTE and graph.coll[t] < 0:     # coll >= 0: collective library overhead
             compute_ps += end[t] - start[t]
             comm_ps += start[t] - seg_start      # waiting before a kernel may start
+            if path is not None:
+                path.append((int(groups[t]), int(end[t] - start[t]), int(start[t] - seg_start)))
         else:
             comm_ps += end[t] - seg_start
+            if path is not None:
+                path.append((-1, 0, int(end[t] - seg_start)))
         length += 1
         t = prev
-    return dict(compute_ps=int(compute_ps), comm_ps=int(comm_ps), tasks=length)
+    out = dict(compute_ps=int(compute_ps), comm_ps=int(comm_ps), tasks=length)
+    if path is not None:
+        path.reverse()                           # time order
+        current = next((g for g, c, _ in path if g >= 0 and c), -1)
+        by: dict[int, list[int]] = {}
+        for g, comp, comm in path:
+            by.setdefault(current, [0, 0])[1] += comm   # waiting / communication: the layer before it
+            if g >= 0:
+                current = g
+            if comp:
+                by.setdefault(g, [0, 0])[0] += comp
+        out["by_group"] = dict(sorted(by.items()))
+    return out
 
 
-def step_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
-    """The step (last task's end) and its critical path split into compute and exposed communication."""
+def step_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray, layers: np.ndarray | None = None) -> dict:
+    """The step (last task's end) and its critical path split into compute and exposed communication; with
+    `layers` (model layer per task, -1 none) also "layers": that split per layer (see critical_path's groups;
+    layer -1 holds what precedes or follows every layer, e.g. the embedding and the LM head)."""
     step_ps = int(end.max()) if len(end) else 0
-    cp = critical_path(graph, start, end)
-    return dict(step_ps=step_ps, step_us=step_ps / 1e6, compute_us=cp["compute_ps"] / 1e6,
-                exposed_comm_us=cp["comm_ps"] / 1e6, comm_fraction=cp["comm_ps"] / step_ps if step_ps else 0.0,
-                critical_path_tasks=cp["tasks"])
+    cp = critical_path(graph, start, end, layers)
+    out = dict(step_ps=step_ps, step_us=step_ps / 1e6, compute_us=cp["compute_ps"] / 1e6,
+               exposed_comm_us=cp["comm_ps"] / 1e6, comm_fraction=cp["comm_ps"] / step_ps if step_ps else 0.0,
+               critical_path_tasks=cp["tasks"])
+    if layers is not None:
+        out["layers"] = [dict(layer=g, compute_us=c / 1e6, exposed_comm_us=m / 1e6)
+                         for g, (c, m) in cp["by_group"].items()]
+    return out
+
+
+def task_layers(graph: TaskGraph, trace) -> np.ndarray:
+    """The model layer of each task: that of its trace op (compute tasks), -1 for tasks inside collectives."""
+    out = np.full(graph.n_tasks, -1, np.int64)
+    src = graph.src_op if graph.src_op is not None else out
+    for r in range(trace.n_ranks):
+        layer = getattr(trace.ops[r], "layer", None)
+        if layer is None:
+            continue
+        m = (graph.rank == r) & (src >= 0)
+        out[m] = np.asarray(layer)[src[m]]
+    return out
 
 
 def collective_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> list[dict]:

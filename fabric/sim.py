@@ -163,6 +163,87 @@ def as_arrays(obj) -> dict:
     return dict(obj) if isinstance(obj, dict) else dict(vars(obj))
 
 
+EVENTS_PER_PACKET_HOP = 5.5    # measured 3.2 (oneshot), 4.2 (decode), 5.3 (one saturated link with its Acks)
+EVENTS_PER_TASK = 8            # start, dependency releases, completion; the analytic engine's cost per transfer
+EVENTS_PER_S = 2e7             # the kernel's ~10-40 M events/s (docs/performance.md), for the time estimate
+
+
+def estimate(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
+    """The size of a run before it starts, from the task graph and the routes: packets (max-payload data packets,
+    plus read requests), packet_hops (packets x hops of the pair's first route), events, memory_mb (topology, graph,
+    per-pair end-to-end state, per-transfer state, full link buffers) and seconds (at EVENTS_PER_S)."""
+    t, g = as_arrays(topo), as_arrays(graph)
+    kind = np.asarray(g["kind"])
+    nb = np.asarray(g["nbytes"], np.int64)
+    xfer = np.flatnonzero(kind == 1)                                      # taskgraph.TRANSFER
+    R = int(t["n_ranks"])
+    pay, mrrs = cfg.txn.max_payload_bytes, cfg.txn.max_read_request_bytes
+    b = np.maximum(nb[xfer], 0).astype(np.float64)                         # float: no overflow on absurd sizes
+    load = np.asarray(g["op"])[xfer] == 1
+    pk = np.ceil(b / pay) + np.where(load, np.ceil(b / mrrs), 0.0)
+    packets = float(pk.sum())
+    hops_per = 1.0
+    if len(xfer) and "pair_ptr" in t and t.get("path_ptr") is not None:
+        src = np.clip(np.asarray(g["rank"])[xfer].astype(np.int64), 0, R - 1)
+        dst = np.clip(np.asarray(g["peer"])[xfer].astype(np.int64), 0, R - 1)
+        first = np.asarray(t["pair_ptr"])[src * R + dst]
+        pp = np.asarray(t["path_ptr"])
+        first = np.minimum(first, len(pp) - 2)
+        hops = (pp[first + 1] - pp[first]).astype(np.float64)
+        packet_hops = float((pk * np.maximum(hops, 1)).sum())
+    else:
+        packet_hops = packets * hops_per
+    n_tasks = len(kind)
+    if engine == "packet":
+        events = EVENTS_PER_PACKET_HOP * packet_hops + EVENTS_PER_TASK * n_tasks
+    else:
+        events = EVENTS_PER_TASK * n_tasks
+    arr_B = sum(v.nbytes for v in list(t.values()) + list(g.values()) if isinstance(v, np.ndarray))
+    n_ch = len(t.get("ch_src", ())) if t.get("ch_src") is not None else 0
+    flits = (cfg.link.credit_flits or 64) * cfg.link.vcs + (cfg.link.replay_buffer_flits or 64)
+    memory_B = (2 * arr_B + 16 * R * R + 128 * len(xfer)
+                + (n_ch * flits * 64 if engine == "packet" else 0) + (64 << 20))
+    # the latest time any task could end: every task back to back, every byte over the slowest channel
+    ppb = float(np.max(t["ch_ps_per_byte"])) if len(t.get("ch_ps_per_byte", ())) else 0.0
+    lat = float(np.max(t["ch_latency_ps"])) if len(t.get("ch_latency_ps", ())) else 0.0
+    worst_ps = (float(np.sum(np.maximum(np.asarray(g["duration_ps"], np.float64), 0)))
+                + float(b.sum()) * max(ppb, 1.0) * 2 + n_tasks * (lat + 1e6))
+    return dict(packets=packets, packet_hops=packet_hops, events=events, memory_mb=memory_B / 2**20,
+                seconds=events / EVENTS_PER_S, worst_ps=worst_ps)
+
+
+def _human_s(sec: float) -> str:
+    for unit, k in (("days", 86400), ("h", 3600), ("min", 60)):
+        if sec >= k:
+            return f"{sec / k:.3g} {unit}"
+    return f"{sec:.3g} s"
+
+
+def check_size(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
+    """Refuse, before the run, one whose estimate (`estimate`) exceeds sim.max_events or sim.max_memory_mb
+    (0 = auto, from the machine's memory: fabric.config.resource_limits); returns the estimate."""
+    from fabric.config import resource_limits
+    est = estimate(cfg, topo, graph, engine)
+    max_events, max_mb, how = resource_limits(cfg)
+    if est["worst_ps"] >= 2.0 ** 62:
+        raise ConfigError(f"this task graph could run for {est['worst_ps'] / 1e12:.3g} s of simulated time, past "
+                          f"what the kernel's int64 picosecond clock holds (4.6e6 s); shrink its durations or sizes")
+    if est["events"] > max_events:
+        given = f"sim.max_events={cfg.sim.max_events}" if cfg.sim.max_events else \
+            f"sim.max_events (auto {max_events:.3g})"
+        raise ConfigError(f"this run would take about {est['events']:.3g} kernel events ({est['packets']:.3g} "
+                          f"packets, {est['packet_hops']:.3g} packet-hops, ~{_human_s(est['seconds'])} at "
+                          f"{EVENTS_PER_S / 1e6:.0f} M events/s), "
+                          f"above {given}; shrink the workload or raise it with --set "
+                          f"sim.max_events={int(min(est['events'] * 1.1, 2**62)):d}")
+    if est["memory_mb"] > max_mb:
+        given = f"sim.max_memory_mb={cfg.sim.max_memory_mb}" if cfg.sim.max_memory_mb else \
+            f"sim.max_memory_mb (auto {max_mb}, {how})"
+        raise ConfigError(f"this run would need about {est['memory_mb']:.0f} MiB, above {given}; shrink the "
+                          f"workload or raise it with --set sim.max_memory_mb={int(est['memory_mb'] * 1.1) + 1}")
+    return est
+
+
 @dataclass
 class RunResult:
     engine: str
@@ -196,6 +277,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                           f"{topo_arrays['vc_levels']} VC levels need link.vcs >= {need}")
     graph_arrays = as_arrays(graph)
     n_tasks = len(graph_arrays["kind"])
+    check_size(cfg, topo_arrays, graph_arrays, engine)
     eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, graph_arrays, engine == "analytic")
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))

@@ -55,6 +55,19 @@ STRING_COLUMNS = ("name", "module")
 ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("dep_ptr", "dep_idx"))
 META_KEYS = ("schema_version", "model", "model_config", "plan", "batch", "context", "chip", "tool", "tool_version")
 
+# Bounds (docs/trace-format.md §Bounds): what the engines represent in int64 picoseconds and bytes without overflow
+# over a step, even if every op of a rank ran back to back and every byte crossed a 1 GB/s link (1000 ps/B).
+MAX_STREAM = (1 << 16) - 1          # streams per rank are few (CUDA streams); ids index per-rank tables
+MAX_OP_NS = 1e12                    # one op: 1000 s
+MAX_RANK_NS = 1e15                  # all compute ops of one rank: 1e18 ps, a quarter of int64's 9.2e18
+MAX_OP_BYTES = 1 << 44              # one collective or message: 16 TiB (x group size < 2^54 in the lowering)
+MAX_RANK_BYTES = 1 << 50            # all collectives and messages of one rank: 1.1e18 ps at 1000 ps/B
+MAX_FLOPS = 1e24
+MAX_MEM_BYTES = float(1 << 53)      # a compute op's memory bytes: exact in float64 and int64
+MAX_BATCH = 1 << 24
+MAX_CONTEXT = 1 << 30
+MAX_LAYER = (1 << 24)
+
 _MAGIC = b"FABRIC-TRACE\x00"
 _USERBLOCK = 512
 _MAX_FILE_BYTES = 1 << 31  # refuse to slurp anything larger: no trace of one decode step comes near
@@ -446,11 +459,36 @@ def _read_table(g, where, problems) -> OpTable | None:
 
 # ---------------------------------------------------------------- semantic checks (shared by read and write)
 
+_META_TYPES = dict(model=str, chip=str, tool=str, tool_version=str, model_config=dict, plan=dict)
+_META_INTS = dict(schema_version=(1, 1 << 16), batch=(1, MAX_BATCH), context=(0, MAX_CONTEXT))
+
+
+def _check_meta(meta) -> list[str]:
+    """Types and ranges of the metadata keys that tools compute with (batch -> tokens/s, context, ...)."""
+    if not isinstance(meta, dict):
+        return [f"meta_json must be a JSON object, not {type(meta).__name__}"]
+    out = []
+    for k, (lo, hi) in _META_INTS.items():
+        if k not in meta:
+            continue
+        v = meta[k]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            out.append(f"meta_json {k}={v!r} must be an integer in [{lo}, {hi}]")
+        elif not lo <= v <= hi:
+            out.append(f"meta_json {k}={v!r} is out of range; allowed [{lo}, {hi}]")
+    for k, want in _META_TYPES.items():
+        if k in meta and not isinstance(meta[k], want):
+            out.append(f"meta_json {k}={meta[k]!r} must be a {'text' if want is str else 'JSON object'}")
+    return out
+
+
 def _check_trace(trace: Trace, table_of_rank=None) -> list[str]:
-    problems: list[str] = []
+    problems: list[str] = _check_meta(trace.meta)
     n_ranks = trace.n_ranks
+    if not isinstance(n_ranks, (int, np.integer)) or isinstance(n_ranks, bool) or not 1 <= n_ranks <= 1 << 20:
+        return problems + [f"n_ranks={n_ranks!r} must be an integer in [1, {1 << 20}]"]
     if len(trace.ops) != n_ranks:
-        return [f"trace has {len(trace.ops)} op tables for n_ranks={n_ranks}"]
+        return problems + [f"trace has {len(trace.ops)} op tables for n_ranks={n_ranks}"]
     checked: dict[int, list[str]] = {}
     for r, t in enumerate(trace.ops):
         key = id(t)
@@ -539,10 +577,17 @@ def _check_table(t: OpTable) -> list[str]:
     rows(t.op_id != np.arange(n), "op_id must equal the row index")
     codes = [f"{k} {name}" for k, name in enumerate(KIND_NAMES)]
     rows((t.kind < 0) | (t.kind >= len(KIND_NAMES)), f"kind must be {', '.join(codes[:-1])} or {codes[-1]}")
-    for c in ("duration_ns", "flops", "bytes"):
+    for c, hi, unit in (("duration_ns", MAX_OP_NS, "ns"), ("flops", MAX_FLOPS, ""), ("bytes", MAX_MEM_BYTES, "B")):
         a = getattr(t, c)
         rows(~np.isfinite(a) | (a < 0), f"{c} must be finite and >= 0")
-    rows(t.stream < 0, "stream must be >= 0")
+        rows(np.isfinite(a) & (a > hi), f"{c} must be <= {hi:.3g}{' ' + unit if unit else ''} (docs/trace-format.md "
+                                        f"§Bounds)")
+    rows((t.stream < 0) | (t.stream > MAX_STREAM), f"stream must be in [0, {MAX_STREAM}]")
+    rows((t.layer < -1) | (t.layer > MAX_LAYER), f"layer must be -1 (none) or in [0, {MAX_LAYER}]")
+    total_ns = float(np.sum(np.where(np.isfinite(t.duration_ns) & (t.duration_ns > 0), t.duration_ns, 0.0)))
+    if total_ns > MAX_RANK_NS:
+        out.append(f"duration_ns: ops sum to {total_ns:.3g} ns, more than {MAX_RANK_NS:.3g} ns per rank "
+                   f"(int64 picoseconds over a step; docs/trace-format.md §Bounds)")
     comp = t.kind == KIND_COMPUTE
     rows(comp & (t.coll_kind != COLL_NONE), "compute op carries a collective kind")
     coll = t.kind == KIND_COLLECTIVE
@@ -551,6 +596,13 @@ def _check_table(t: OpTable) -> list[str]:
     p2p = (t.kind == KIND_SEND) | (t.kind == KIND_RECV)
     rows(p2p & (t.coll_kind != COLL_SENDRECV), "send/recv needs coll_kind 6 (sendrecv)")
     rows((coll | p2p) & (t.coll_bytes < 0), "coll_bytes must be >= 0")
+    rows((coll | p2p) & (t.coll_bytes > MAX_OP_BYTES), f"coll_bytes must be <= {MAX_OP_BYTES} (16 TiB; "
+                                                       f"docs/trace-format.md §Bounds)")
+    moved = t.coll_bytes[(coll | p2p) & (t.coll_bytes > 0)]
+    total_B = float(np.sum(np.minimum(moved, MAX_OP_BYTES).astype(np.float64)))
+    if total_B > MAX_RANK_BYTES:
+        out.append(f"coll_bytes: collectives and messages sum to {total_B:.3g} B, more than {MAX_RANK_BYTES} B "
+                   f"per rank (docs/trace-format.md §Bounds)")
     # dependencies
     ptr, idx = t.dep_ptr, t.dep_idx
     if len(ptr) != n + 1 or (n + 1 and ptr[0] != 0) or np.any(np.diff(ptr) < 0) or ptr[-1] != len(idx):

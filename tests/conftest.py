@@ -1,10 +1,116 @@
+"""Shared test set-up: hypothesis profiles and a printed seed, a per-test time limit and a memory cap, so that a bug
+fails a test instead of hanging or swapping CI.
+
+- Seed: every hypothesis test of a session runs from one seed, printed in the header and again after a failure;
+  rerun with `FABRIC_TEST_SEED=N` (or hypothesis' own `--hypothesis-seed=N`) to replay the same examples.
+- Time: each test gets FABRIC_TEST_TIMEOUT seconds (default 120; `@pytest.mark.timeout(s)` per test; benchmark
+  tests 1800; 0 = off). SIGALRM fails the test with a TestTimeout (the kernel runs in slices of a few 0.1 s and
+  returns to Python between them); if even that cannot interrupt it (a hang inside C), faulthandler dumps every
+  thread's stack and ends the process 30 s later, so CI fails with the stack instead of hanging.
+- Memory: the process's address space is capped at FABRIC_TEST_MEM_MB (default 8 GiB + 256 MiB per core, at most
+  3/4 of the machine, at least 4 GiB; 0 = off): an allocation beyond it raises MemoryError in the test that made it.
+"""
+import faulthandler
 import os
+import random
+import signal
 import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))   # tests/strategies.py
 
-settings.register_profile("ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                          print_blob=True)
+settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                          print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+DEFAULT_TIMEOUT_S = 120.0
+BENCHMARK_TIMEOUT_S = 1800.0
+_SEED = None
+
+
+class TestTimeout(Exception):
+    """A test ran past its time limit (tests/conftest.py)."""
+    __test__ = False
+
+
+def _machine_mb() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20)
+    except (ValueError, OSError, AttributeError):
+        return 16 << 10
+
+
+def pytest_configure(config):
+    global _SEED
+    config.addinivalue_line("markers", "timeout(seconds): this test's time limit (tests/conftest.py)")
+    from hypothesis import core
+    forced = config.getoption("hypothesis_seed", None)
+    if forced is not None:
+        _SEED = forced
+    else:
+        env = os.environ.get("FABRIC_TEST_SEED")
+        _SEED = int(env) if env else random.SystemRandom().randrange(1 << 32)
+        core.global_force_seed = _SEED
+    # address space, not resident memory: every thread reserves a stack and a malloc arena, hence the per-core term
+    default_mb = max(4 << 10, min((8 << 10) + 256 * (os.cpu_count() or 1), _machine_mb() * 3 // 4))
+    mem_mb = int(os.environ.get("FABRIC_TEST_MEM_MB", default_mb))
+    if mem_mb > 0:
+        try:
+            import resource
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            cap = mem_mb << 20
+            if hard != resource.RLIM_INFINITY:
+                cap = min(cap, hard)
+            if soft == resource.RLIM_INFINITY or soft > cap:
+                resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+        except (ImportError, ValueError, OSError):      # not POSIX, or a tighter limit already
+            pass
+
+
+def pytest_report_header(config):
+    return (f"hypothesis seed: {_SEED} (replay: FABRIC_TEST_SEED={_SEED} or --hypothesis-seed={_SEED}); "
+            f"time limit {os.environ.get('FABRIC_TEST_TIMEOUT', DEFAULT_TIMEOUT_S)} s per test")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if exitstatus not in (0, 5):
+        terminalreporter.write_line(f"hypothesis seed of this session: {_SEED}; rerun with "
+                                    f"FABRIC_TEST_SEED={_SEED} to replay the same examples")
+
+
+def _limit(item) -> float:
+    m = item.get_closest_marker("timeout")
+    if m is not None and m.args:
+        return float(m.args[0])
+    base = float(os.environ.get("FABRIC_TEST_TIMEOUT", DEFAULT_TIMEOUT_S))
+    if base > 0 and item.get_closest_marker("benchmark") is not None:
+        return max(base, BENCHMARK_TIMEOUT_S)
+    return base
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    limit = _limit(item)
+    usable = limit > 0 and hasattr(signal, "setitimer") and \
+        __import__("threading").current_thread() is __import__("threading").main_thread()
+    if not usable:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TestTimeout(f"{item.nodeid} ran past its {limit:g} s limit (FABRIC_TEST_TIMEOUT, "
+                          f"@pytest.mark.timeout); hypothesis seed {_SEED}")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    faulthandler.dump_traceback_later(limit + 30, exit=True)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGALRM, previous)

@@ -152,7 +152,9 @@ def test_cli_sweep_with_suffixes_and_json_keys(tmp_path):
     out = tmp_path / "c.json"
     r = cli(["--op", "allreduce", "--ranks", "8", "--min-bytes", "1K", "--max-bytes", "4K", "--json", str(out)])
     assert r.exit_code == 0, r.output
-    rows = json.loads(out.read_text())
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    assert data["meta"]["config"]["topology"] and data["meta"]["version"]
     assert [x["bytes"] for x in rows] == [1024, 2048, 4096]
     assert {"bytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol", "channels"} <= set(rows[0])
     header = r.output.splitlines()[1].split()

@@ -32,12 +32,29 @@ def friendly(fn):
         except OSError as exc:
             click.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
             sys.exit(2)
+        except UnicodeDecodeError as exc:  # a --chip, --compare, ... file that is not UTF-8 text
+            click.echo(f"error: an input file is not UTF-8 text ({exc.encoding} cannot decode byte "
+                       f"{exc.object[exc.start:exc.start + 1]!r} at position {exc.start}); save it as UTF-8", err=True)
+            sys.exit(2)
     return wrapper
+
+
+def _print_version(ctx, _param, value):
+    if value and not ctx.resilient_parsing:
+        from fabric import DISTRIBUTION, __version__
+        click.echo(f"{ctx.find_root().info_name or 'fabric'} ({DISTRIBUTION}) {__version__}")
+        ctx.exit()
 
 
 class _OneLine:
     """Usage errors (unknown option, missing argument, bad choice) as one line on stderr and exit code 2, like
-    every other bad input; --help and normal runs are unchanged."""
+    every other bad input; --help and normal runs are unchanged. Every command and group gets --version."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not any(p.name == "version" for p in self.params):
+            self.params.append(click.Option(["--version"], is_flag=True, expose_value=False, is_eager=True,
+                                            callback=_print_version, help="print the version and exit"))
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
@@ -125,6 +142,83 @@ def progress_bar(enabled: bool = True):
             sys.stderr.write("\n")
 
 
+class Size(click.ParamType):
+    """A byte count with an optional suffix: 4096, 64K, 16KiB, 1M, 1GB (K/M/G/T = powers of 1024, as nccl-tests)."""
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        from fabric.errors import ConfigError
+        from fabric.tools.nccl_tests import parse_size
+        try:
+            return parse_size(value, f"--{param.name.replace('_', '-')}" if param else "size")
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SIZE = Size()
+
+
+@contextlib.contextmanager
+def count_bar(total: int, what: str = "points", enabled: bool = True, tick: bool = False):
+    """A bar for work counted in items (sweep points, sizes, stages): yields step(n=1, label=None); draws on stderr
+    once the work has taken a second, only when stderr is a terminal; with tick, redraws twice a second (elapsed
+    time moves while one long item runs); ends the bar's line on exit."""
+    import threading
+    t0 = time.perf_counter()
+    state = dict(done=0, shown=False, label="")
+    lock = threading.Lock()
+    live = enabled and sys.stderr.isatty() and total > 0
+
+    def draw():
+        el = time.perf_counter() - t0
+        if not live or el < 1.0:
+            return
+        done = state["done"]
+        eta = f"eta {el / done * (total - done):6.1f} s" if done else ""
+        frac = min(1.0, done / total)
+        with lock:
+            sys.stderr.write(f"\r[{'#' * int(30 * frac):<30s}] {done}/{total} {what}  {el:6.1f} s elapsed  {eta} "
+                             f"{state['label']}")
+            sys.stderr.flush()
+            state["shown"] = True
+
+    def step(n: int = 1, label: str | None = None):
+        state["done"] += n
+        if label is not None:
+            state["label"] = label
+        draw()
+
+    stop = threading.Event()
+    if live and tick:
+        def loop():
+            while not stop.wait(0.5):
+                draw()
+        threading.Thread(target=loop, daemon=True).start()
+    try:
+        yield step
+    finally:
+        stop.set()
+        if state["shown"]:
+            with lock:
+                sys.stderr.write("\n")
+
+
+def provenance(cfg: FabricConfig, preset=None, config_file=None, sets=(), seed=None, overrides=None) -> dict:
+    """What produced a result: the effective configuration, the preset, the overrides (--config file, --set and
+    the command's own options), the seed and the project version; every --json result carries it as "meta"."""
+    from fabric import DISTRIBUTION, __version__
+    return dict(version=__version__, distribution=DISTRIBUTION, preset=preset, config_file=config_file,
+                overrides={**parse_set(sets), **(overrides or {})}, seed=cfg.sim.seed, config=cfg.to_dict())
+
+
+def version_meta(**extra) -> dict:
+    """The "meta" of a result that no fabric configuration produced (a compute kernel): version and inputs."""
+    from fabric import DISTRIBUTION, __version__
+    return dict(version=__version__, distribution=DISTRIBUTION, **extra)
+
+
 def check_writable(path: str | None, what: str = "--json") -> None:
     """Refuse an output path whose folder does not exist before any work is done."""
     if path:
@@ -136,8 +230,11 @@ def check_writable(path: str | None, what: str = "--json") -> None:
             raise FabricError(f"{what} {path!r}: folder {folder!r} is not writable")
 
 
-def write_json(path: str | None, payload) -> None:
+def write_json(path: str | None, payload, meta: dict | None = None) -> None:
+    """Write payload as JSON; a dict payload gets `meta` (see provenance) under the key "meta"."""
     if path:
+        if meta is not None and isinstance(payload, dict):
+            payload = {**payload, "meta": meta}
         with open(path, "w") as fh:
             json.dump(payload, fh, indent=2, default=_default)
             fh.write("\n")

@@ -3,7 +3,17 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import Group, check_writable, config_options, friendly, json_option, load, write_json
+from fabric.cli.common import (
+    SIZE,
+    Group,
+    check_writable,
+    config_options,
+    friendly,
+    json_option,
+    load,
+    provenance,
+    write_json,
+)
 from fabric.cli.probe_collective import collective_cmd
 from fabric.cli.probe_kernel import kernel_cmd
 from fabric.cli.probe_topology import topology_cmd
@@ -21,10 +31,10 @@ main.add_command(kernel_cmd, "kernel")
 
 
 @main.command("link", help="Simulate a saturated link and report payload efficiency and data-link counters.")
-@click.option("--payload-bytes", type=int, default=None,
+@click.option("--payload-bytes", type=SIZE, default=None,
               help="payload per packet in B [default: txn.max_payload_bytes]")
 @click.option("--ber", type=float, default=None, help="bit error rate [default: phy.ber = 1e-12]")
-@click.option("--packets", type=int, default=20000, show_default=True, help="packets to send")
+@click.option("--packets", type=SIZE, default=20000, show_default=True, help="packets to send")
 @config_options(preset=None)
 @json_option()
 @friendly
@@ -47,12 +57,18 @@ def link(payload_bytes, ber, packets, preset, config_file, sets, seed, json_path
     click.echo(f"  flow control         {r['credit_stall_ns']:.1f} ns credit stall, {r['updatefc']} UpdateFCs")
     click.echo(f"  simulated            {r['duration_ns'] / 1000:.2f} us in {r['events']} events, "
                f"{r['wall_s']:.3f} s wall ({r['events_per_s'] / 1e6:.1f} M events/s)")
-    write_json(json_path, r)
+    write_json(json_path, r, provenance(cfg, preset, config_file, sets, seed, {} if ber is None else {"phy.ber": ber}))
 
 
 @main.command("params", help="List every model parameter with its unit, default, range and reason.")
+@click.option("--json", "as_json", is_flag=True,
+              help="print the list as JSON (key, default, unit, range, help, reason)")
 @friendly
-def params():
+def params(as_json):
+    if as_json:
+        import json
+        click.echo(json.dumps(describe(), indent=2, default=str))
+        return
     for row in describe():
         click.echo(f"{row['key']:32s} {row['default']!s:>12} {row['unit']:10s} {row['range']:22s} {row['help']}")
         click.echo(f"{'':32s} reason: {row['reason']}")
@@ -64,7 +80,8 @@ def params():
 @click.option("--addr", type=str, default=None,
               help="instead of --dst: a host address (e.g. 0x100000000000) in the source's host domain")
 @click.option("--op", type=click.Choice(["store", "load"]), default="store", show_default=True)
-@click.option("--bytes", "nbytes", type=int, default=64, show_default=True, help="bytes moved")
+@click.option("--bytes", "nbytes", type=SIZE, default=64, show_default=True,
+              help="bytes moved (suffixes: 4K, 16KiB, 1M)")
 @config_options()
 @json_option()
 @friendly
@@ -82,7 +99,7 @@ def latency(src, dst, addr, op, nbytes, preset, config_file, sets, seed, json_pa
     if r["status"] != "OK":
         click.echo(f"{r['op']} of {r['bytes']} B from accelerator {src} to {r['addr']} completed as Unsupported "
                    f"Request after {r['latency_ns']:.1f} ns: {r['error']}")
-        write_json(json_path, r)
+        write_json(json_path, r, provenance(cfg, preset, config_file, sets, seed))
         return
     click.echo(f"{r['op']} of {r['bytes']} B, accelerator {src} -> {dst} on {r['preset']}: "
                f"{r['latency_ns']:.1f} ns over {r['hops']} hops")
@@ -90,4 +107,21 @@ def latency(src, dst, addr, op, nbytes, preset, config_file, sets, seed, json_pa
     for k, v in r["breakdown"].items():
         label = "queueing (rest)" if k == "queueing_ns" else k[:-3]
         click.echo(f"  {label:15s} {v:9.1f} ns")
-    write_json(json_path, r)
+    write_json(json_path, r, provenance(cfg, preset, config_file, sets, seed))
+
+
+@main.command("presets", help="List the fabric presets, one line each: name, accelerators, description.")
+@friendly
+def presets():
+    import tomllib
+
+    from fabric.config import load_config, preset_names, preset_text
+    for name in preset_names():
+        meta = tomllib.loads(preset_text(name)).get("preset", {})
+        desc = meta.get("description", "")
+        try:
+            from fabric.network import size_estimate
+            n = size_estimate(load_config(preset=name))["ranks"]
+        except Exception:   # noqa: BLE001 - the count is a convenience; the description is the line
+            n = None
+        click.echo(f"{name:20s} {'' if n is None else f'{n:5d} accel':11s} {desc}")

@@ -11,7 +11,9 @@ from fabric.cli.common import (
     engine_option,
     friendly,
     json_option,
+    count_bar,
     load,
+    provenance,
     write_json,
 )
 
@@ -31,12 +33,13 @@ TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64
 @click.option("--type", "dtype", type=click.Choice(TYPES), default="float", show_default=True,
               help="data type of the count column (nccl-tests -d)")
 @click.option("--algorithm", default=None, help="force an algorithm [default: the configured library's choice]")
+@click.option("--quiet", is_flag=True, help="no progress bar")
 @click.option("--ranks", type=int, default=None, help="group size: ranks 0..N-1 [default: every accelerator]")
 @engine_option()
 @config_options()
 @json_option("write the rows as JSON")
 @friendly
-def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, ranks, engine, preset,
+def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, quiet, ranks, engine, preset,
                    config_file, sets, seed, json_path):
     """Time one collective (all ranks start at t = 0; time = until the last rank's output is ready).
 
@@ -47,17 +50,25 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
     check_writable(json_path)
     from fabric.errors import ConfigError
     from fabric.tools import nccl_tests
-    from fabric.tools.collective_probe import compare, compare_table, probe_sizes, sweep, table
+    from fabric.tools.collective_probe import compare, compare_table, probe_collective, probe_sizes, table
+    from fabric.network import build as build_network
 
     measured = nccl_tests.read(compare_path) if compare_path else None
     if measured is not None and measured.op and measured.op != op:
         raise ConfigError(f"--compare file {compare_path} is a {measured.op} table but --op is {op}")
     byte_sizes = probe_sizes(nbytes, min_bytes, max_bytes, measured)
     cfg = load(preset, config_file, sets, seed)
-    rows = sweep(cfg, op, byte_sizes, algorithm=algorithm, ranks=ranks, engine=engine)
+    topo = build_network(cfg)
+    rows = []
+    with count_bar(len(byte_sizes), "sizes", not quiet, tick=True) as step:
+        for b in byte_sizes:
+            rows.append(probe_collective(cfg, op, b, topo=topo, algorithm=algorithm, ranks=ranks, engine=engine))
+            step()
     library = getattr(cfg.collectives, "library", None) or cfg.collectives.policy
     click.echo(f"{op} on {preset}, {rows[0]['ranks']} ranks, {engine} engine, library {library}")
     click.echo(table(rows, dtype))
+    meta = {**provenance(cfg, preset, config_file, sets, seed), "op": op, "engine": engine, "library": library,
+            "ranks": rows[0]["ranks"]}
     out = [{k: r.get(k) for k in ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
                                   "channels")} for r in rows]
     if measured is not None:
@@ -73,6 +84,6 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
                 o["measured_us"] = by_size[o["bytes"]]["measured_us"]
                 o["ratio"] = by_size[o["bytes"]]["ratio"]
         write_json(json_path, dict(rows=out, compare=dict(source=cmp["source"], geomean_error=cmp["geomean_error"],
-                                                          measured_ranks=cmp["ranks"])))
+                                                          measured_ranks=cmp["ranks"])), meta)
     else:
-        write_json(json_path, out)
+        write_json(json_path, dict(rows=out), meta)

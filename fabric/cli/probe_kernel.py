@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import Command, check_writable, friendly, json_option, write_json
+from fabric.cli.common import Command, check_writable, friendly, json_option, version_meta, write_json
 
 OPS = ("linear", "bmm", "grouped", "attention", "norm", "softmax", "topk", "elementwise", "copy", "embedding")
 
@@ -78,4 +78,4 @@ def kernel_cmd(chip, op, shape, tokens, dtype, launch, groups, ctx, heads, kv_he
                f"split {r['split']}, {r['kernels']} kernel{'s' if r['kernels'] != 1 else ''}")
     for e in r["extra"]:
         click.echo(f"  + {e['name']}: {e['time_us']:.2f} us ({e['ctas']} CTAs)")
-    write_json(json_path, r)
+    write_json(json_path, r, version_meta(chip=chip, op=op, shape=shape, tokens=tokens, dtype=dtype, launch=launch))

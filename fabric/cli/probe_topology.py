@@ -3,7 +3,16 @@ from __future__ import annotations
 
 import click
 
-from fabric.cli.common import Command, check_writable, config_options, friendly, json_option, load, write_json
+from fabric.cli.common import (
+    Command,
+    check_writable,
+    config_options,
+    friendly,
+    json_option,
+    load,
+    provenance,
+    write_json,
+)
 
 
 @click.command("topology", cls=Command)
@@ -21,7 +30,8 @@ def topology_cmd(preset, config_file, sets, seed, json_path):
     from fabric.network import build
     from fabric.topology import metrics
 
-    topo = build(load(preset, config_file, sets, seed))
+    cfg = load(preset, config_file, sets, seed)
+    topo = build(cfg)
     m = metrics(topo)
     m["preset"] = preset
     click.echo(f"{m['name']}: {m['description']}")
@@ -33,4 +43,4 @@ def topology_cmd(preset, config_file, sets, seed, json_path):
     click.echo(f"  diameter         {m['diameter']} hops")
     click.echo(f"  average hops     {m['average_hops']:.3f}")
     click.echo(f"  bisection        {m['bisection_GBps']:.1f} GB/s per direction ({m['bisection_cut']})")
-    write_json(json_path, m)
+    write_json(json_path, m, provenance(cfg, preset, config_file, sets, seed))

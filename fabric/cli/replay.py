@@ -12,6 +12,7 @@ from fabric.cli.common import (
     json_option,
     load,
     progress_bar,
+    provenance,
     write_json,
 )
 
@@ -60,4 +61,4 @@ def main(trace, preset, config_file, sets, seed, engine, json_path, quiet):
         click.echo(f"TPOT {r['tpot_us']:.1f} us ({r['tokens_per_s']:.1f} tokens/s)")
     else:
         click.echo(render(r))
-    write_json(json_path, r)
+    write_json(json_path, r, provenance(cfg, preset, config_file, sets, seed))

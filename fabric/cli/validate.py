@@ -6,7 +6,7 @@ import time
 
 import click
 
-from fabric.cli.common import ENGINES, Command, check_writable, friendly, json_option, write_json
+from fabric.cli.common import ENGINES, Command, check_writable, count_bar, friendly, json_option, write_json
 
 
 @click.command(cls=Command, help="Run the validation experiments and print figure, published, emulated, ratio, "
@@ -21,12 +21,20 @@ from fabric.cli.common import ENGINES, Command, check_writable, friendly, json_o
               help="engine of the calibration rows (every size of each published table, 8 B..16 GB)")
 @click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
               help="also print how TPOT and the 14 KB AllReduce move with +-50% of five parameters")
+@click.option("--serving/--no-serving", default=True, show_default=True,
+              help="also run the serving experiments (16 vs 64 cards, TPOT over 1024 tokens, batch 1..64; "
+                   "analytic engine, ~15 s)")
+@click.option("--quiet", is_flag=True, help="no progress bar")
 @friendly
-def main(json_path, sweep_engine, calibration_engine, sensitivity):
+def main(json_path, sweep_engine, calibration_engine, sensitivity, serving, quiet):
     check_writable(json_path)
     from fabric.tools import validate as V
     t0 = time.perf_counter()
-    r = V.validate(sweep_engine, calibration_engine)
+    with count_bar(2 if sensitivity else 1, "stages", not quiet, tick=True) as step:
+        step(0, "figures and calibration tables")
+        r = V.validate(sweep_engine, calibration_engine, serving=serving)
+        step(1, "sensitivity" if sensitivity else "")
+        sens = V.sensitivity("packet") if sensitivity else None
     click.echo(V.format_rows(r["rows"]))
     click.echo("")
     click.echo(f"calibration tables (fabric/data/calibration/, docs/calibration.md): nccl-like library on the "
@@ -36,10 +44,14 @@ def main(json_path, sweep_engine, calibration_engine, sensitivity):
     click.echo(f"AllReduce 16 KB..16 MB on 64 ranks ({sweep_engine} engine): opt = sd200 library, unopt = nccl-like "
                f"library, hd = nccl-like forced to halving-doubling, roce = scaleout-roce + nccl-like")
     click.echo(V.format_sweep(r["sweep"]))
+    if serving:
+        click.echo("")
+        click.echo("batch 1..64, DeepSeek-R1 TP64 on sd200 (analytic engine; no published figure to judge)")
+        click.echo(V.format_batch_sweep(r["serving"]["batch"]))
     if sensitivity:
         click.echo("")
         click.echo("sensitivity (TPOT: packet engine; AllReduce 14,336 B: packet engine; each parameter alone)")
-        click.echo(V.format_sensitivity(V.sensitivity("packet")))
+        click.echo(V.format_sensitivity(sens))
     passed = sum(x["within_tolerance"] for x in r["rows"])
     cal = sum(x["within_tolerance"] for x in r["calibration"])
     click.echo(f"\n{passed} of {len(r['rows'])} figures and {cal} of {len(r['calibration'])} calibration tables "

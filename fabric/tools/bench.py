@@ -129,10 +129,43 @@ def scaling_exponent(rows: list[dict], per: str = "packets", of: str = "wall_s")
     return float(np.polyfit(x, y, 1)[0])
 
 
+_PATTERNS = (r"link(-quick)?", r"oneshot-(?P<n>[0-9]+)(-[0-9]+B)?", r"decode-(?P<preset>[a-z0-9-]+)-(packet|analytic)",
+             r"ring-[1-9][0-9]*MB-64", r"allreduce-[1-9][0-9]*G-(?P<preset2>[a-z0-9-]+)")
+
+
+def check_cases(cases) -> None:
+    """Refuse an unknown case name before any subprocess starts (one ConfigError line naming the known cases)."""
+    import difflib
+    import re
+
+    from fabric.config import preset_names
+    from fabric.errors import ConfigError
+    known = list(dict.fromkeys(FULL + QUICK))
+    for case in cases or ():
+        for pat in _PATTERNS:
+            m = re.fullmatch(pat, case)
+            if not m:
+                continue
+            g = m.groupdict()
+            n = g.get("n")
+            preset = g.get("preset") or g.get("preset2")
+            if n is not None and (case not in (oneshot_name(int(n)), f"oneshot-{int(n)}")
+                                  or (int(n) != 64 and f"sd200-{int(n)}" not in preset_names())):
+                continue
+            if preset is not None and preset not in preset_names():
+                continue
+            break
+        else:
+            close = difflib.get_close_matches(case, known, n=2)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise ConfigError(f"unknown bench case {case!r}{hint} (cases: {', '.join(known)})")
+
+
 def run_suite(quick: bool = False, cases=None, progress=None, repeat: int = 1) -> list[dict]:
     """One row per case. With repeat > 1 each case runs that many times (each in a fresh process) and its row is
     the fastest run: on a shared machine other tenants only ever add time (the usual best-of-N of timeit). The
     runs must agree on every count, as the kernel is deterministic; peak RSS is the largest seen."""
+    check_cases(cases)
     rows = []
     for case in cases or (QUICK if quick else FULL):
         if progress:

@@ -61,6 +61,8 @@ PUBLISHED = {
     "sd200_vs_roce_min": dict(value=4.5, unit="x", rel=0.20),
     "latency": dict(value=0.69, unit="us", rel=0.10),
     "payload_eff": dict(value=96.0, unit="%", lower=True),
+    "speedup_16_64": dict(value=16.3, unit="x", rel=0.20),
+    "tpot_1024": dict(value=8.9, unit="ms", rel=0.10),
 }
 
 
@@ -154,9 +156,10 @@ def _verdict(key: str, name: str, emulated: float, engine: str, note: str = "") 
                 within_tolerance=bool(ok), engine=engine, note=note)
 
 
-def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic", calibration: bool = True) -> dict:
+def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic", calibration: bool = True,
+             serving: bool = True) -> dict:
     """Run every experiment; returns rows (the figure table), calibration (one row per calibration table), the
-    sweep and the raw measurements."""
+    sweep, the serving experiments (fabric.tools.serving) and the raw measurements."""
     t0 = time.perf_counter()
     sd = load_config("sd200")
     tr = shipped_trace()
@@ -196,10 +199,38 @@ def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic",
                          100 * lk["payload_efficiency"], "packet",
                          f"retransmission overhead {100 * lk['retransmission_overhead']:.4f}% "
                          f"({lk['units_sent'] - lk['packets_sent']} units resent of {lk['packets_sent']})"))
+    srv = serving_rows(rows) if serving else None
     cal = calibration_rows(calibration_engine) if calibration else []
-    return dict(rows=rows, calibration=cal, sweep=sw, replay=rep, latency=lat, link=lk,
+    return dict(rows=rows, calibration=cal, sweep=sw, serving=srv, replay=rep, latency=lat, link=lk,
                 allreduce_14k=dict(opt_us=opt14, unopt_us=un14, unopt_hd_us=hd14),
                 wall_s=time.perf_counter() - t0)
+
+
+def serving_rows(rows: list[dict]) -> dict:
+    """The published serving results (fabric.tools.serving, analytic replay engine) appended to `rows` as figures 8
+    and 9; returns the experiments' own rows (the batch sweep has no published figure: reported only)."""
+    from fabric.tools import serving as S
+    srv = S.serving()
+    sc = srv["scaling"]
+    top = sc["speedups"][0]             # the published configuration: 64 cards in BF16 against what 16 need
+    rows.append(_verdict("speedup_16_64", "8. DeepSeek-R1 16 -> 64 cards, throughput at the largest batch that fits",
+                         top["throughput_speedup"] or float("nan"), sc["engine"],
+                         f"{top['compare']}; 16 cards need {sc['change_for_16']}; batch-1 TPOT speed-up "
+                         f"{top['tpot_speedup']:.2f}x"))
+    cg = srv["context"]
+    rows.append(_verdict("tpot_1024", "9. TPOT averaged over 1024 output tokens from context 4096",
+                         cg["tpot_mean_us"] / 1e3, cg["engine"],
+                         f"{cg['tpot_first_us'] / 1e3:.2f} -> {cg['tpot_last_us'] / 1e3:.2f} ms, "
+                         f"{cg['tokens_per_s']:.1f} tokens/s; CALIBRATED like figure 1 (fixed kernel cost)"))
+    return srv
+
+
+def format_batch_sweep(batch: dict) -> str:
+    lines = [f"{'batch':>6s} {'TPOT (us)':>10s} {'tok/s per user':>15s} {'tok/s per node':>15s} {'memory (GiB)':>13s}"]
+    for r in batch["rows"]:
+        lines.append(f"{r['batch']:6d} {r['tpot_us']:10.1f} {r['tokens_per_s_per_user']:15.1f} "
+                     f"{r['tokens_per_s_per_node']:15.1f} {r['memory_gib']:13.1f}")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- calibration tables (nccl-like library)

@@ -1,0 +1,110 @@
+"""Issue 22 item 4 and 6: --version on every command, `fabric-probe presets`, `fabric-probe params --json`, size
+suffixes, results that carry their configuration, and the packaging (one version, a distribution name)."""
+import importlib
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import fabric
+from fabric.cli.probe import main as probe_cli
+from fabric.cli.replay import main as replay_cli
+from fabric.config import preset_names
+
+ROOT = Path(__file__).parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SCRIPTS = PYPROJECT["project"]["scripts"]
+TOY = str(ROOT / "traces" / "toy-mla-tp8.h5")
+
+
+def _entry(target):
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_version_on_every_command(name):
+    r = CliRunner().invoke(_entry(SCRIPTS[name]), ["--version"], prog_name=name)
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == f"{name} ({fabric.DISTRIBUTION}) {fabric.__version__}"
+
+
+def test_version_on_subcommands():
+    r = CliRunner().invoke(probe_cli, ["collective", "--version"], prog_name="fabric-probe")
+    assert r.exit_code == 0 and fabric.__version__ in r.output
+
+
+def test_packaging_one_version_and_a_free_distribution_name():
+    assert PYPROJECT["project"]["name"] == fabric.DISTRIBUTION != "fabric"
+    assert "version" in PYPROJECT["project"]["dynamic"] and "version" not in PYPROJECT["project"]
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "fabric.__version__"}
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+    assert PYPROJECT["project"]["license"]["text"] == "Apache-2.0"
+    assert fabric.__version__ in (ROOT / "CHANGELOG.md").read_text()
+    for extra in ("plot", "sweep"):
+        assert set(PYPROJECT["project"]["optional-dependencies"][extra]) <= \
+            set(PYPROJECT["project"]["optional-dependencies"]["test"])
+    for name in ("fabric-plot", "fabric-sweep"):
+        assert name in SCRIPTS
+
+
+def test_presets_one_line_each():
+    r = CliRunner().invoke(probe_cli, ["presets"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.strip().splitlines()
+    assert [line.split()[0] for line in lines] == preset_names()
+    sd200 = next(line for line in lines if line.split()[0] == "sd200")
+    assert "64 accel" in sd200 and "SD200" in sd200
+
+
+def test_params_json():
+    r = CliRunner().invoke(probe_cli, ["params", "--json"])
+    assert r.exit_code == 0
+    rows = json.loads(r.output)
+    assert {"key", "default", "unit", "range", "help", "reason"} <= set(rows[0])
+    assert "phy.lane_rate_gbps" in {x["key"] for x in rows}
+
+
+@pytest.mark.parametrize("text, want", [("64", 64), ("4K", 4096), ("16KiB", 16384), ("1M", 1 << 20),
+                                        ("2MB", 2 << 20)])
+def test_size_suffixes(text, want, tmp_path):
+    out = tmp_path / "l.json"
+    r = CliRunner().invoke(probe_cli, ["latency", "--src", "0", "--dst", "1", "--bytes", text, "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["bytes"] == want
+
+
+def test_bad_size_is_one_line():
+    r = CliRunner().invoke(probe_cli, ["latency", "--src", "0", "--dst", "1", "--bytes", "lots"])
+    assert r.exit_code == 2 and "not a size" in r.output
+
+
+def test_json_results_carry_config_preset_overrides_seed_version(tmp_path):
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(replay_cli, [TOY, "--engine", "analytic", "--quiet", "--set", "switch.latency_ns=300",
+                                        "--seed", "7", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["version"] == fabric.__version__ and meta["preset"] == "sd200" and meta["seed"] == 7
+    assert meta["overrides"] == {"switch.latency_ns": "300"}
+    assert meta["config"]["switch"]["latency_ns"] == 300 and meta["config"]["sim"]["seed"] == 7
+    for args in (["link", "--packets", "200"], ["latency", "--src", "0", "--dst", "9"],
+                 ["collective", "--op", "allgather", "--ranks", "8", "--bytes", "1K", "--engine", "analytic"]):
+        r = CliRunner().invoke(probe_cli, args + ["--json", str(out)])
+        assert r.exit_code == 0, r.output
+        meta = json.loads(out.read_text())["meta"]
+        assert meta["version"] == fabric.__version__ and "phy" in meta["config"], args
+
+
+def test_replay_json_splits_the_critical_path_per_layer(tmp_path):
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(replay_cli, [TOY, "--quiet", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    layers = d["layers"]
+    assert [x["layer"] for x in layers] == sorted(x["layer"] for x in layers) and len(layers) > 1
+    assert sum(x["compute_us"] for x in layers) == pytest.approx(d["compute_us"])
+    assert sum(x["exposed_comm_us"] for x in layers) == pytest.approx(d["exposed_comm_us"])
+    assert len(d["channel_utilisation"]) == d["links"]["channels"]
