@@ -181,6 +181,12 @@ class SwitchConfig(_Section):
     arbitration: str = param("round_robin", unit="choice", choices=("round_robin", "fixed_priority"),
                              help="output arbitration among input ports' virtual output queues",
                              reason="round robin is starvation-free and what switch ASICs ship")
+    reduction: bool = param(False, unit="bool",
+                            help="in-host (scale-up) switches reduce and multicast in the switch (NVLink SHARP / "
+                                 "NVLS class): in-switch legs (task-graph ops SW_UP / SW_DOWN) and the nccl-like "
+                                 "library's nvls algorithms may use them",
+                            reason="off for a generic switch; NVSwitch gen3+ (H100/H200, B200) has it, NVIDIA NVLink "
+                                   "SHARP (docs/sources.md §In-switch reduction); A100's NVSwitch gen2 does not")
 
 
 @dataclass(frozen=True)
