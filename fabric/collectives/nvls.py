@@ -113,7 +113,7 @@ class _Phase:
         start = fb.join(rank)
         done = fb.join(peer if op == SW_DOWN else rank)
         for i in range(len(rank)):
-            k = int(max(1, min(-(-self.C // together), nbytes[i])))
+            k = int(max(1, min(-(-self.C // together) if STRIPE_SHARE else self.C, nbytes[i])))
             b = int(max(nbytes[i], 1))
             part = (b * np.arange(1, k + 1)) // k - (b * np.arange(k)) // k
             ids = fb._add(TRANSFER, np.full(k, rank[i]), peer=peer[i], nbytes=part, op=op)
@@ -127,11 +127,16 @@ class _Phase:
         the pipelined pieces of both phases overlap and share the GPU's rate; `chain` names a pace sequence that
         continues across the phases of that name (the pieces of one phase pace one after the other)."""
         fb, g, n = self.fb, self.g, self.fb.n
+        r = np.arange(n)
         ps_per_B = self.ps_per_B
         if reduce_load != multicast:
             ps_per_B *= (g + 1) / g if reduce_load else (g + 1)
         tails = fb.__dict__.setdefault("_nvls_pace", {})
-        r = np.arange(n)
+        if chain in tails:       # the legs of slice 0 wait for the end of the chain's previous pace too
+            j0 = fb.join(r)
+            fb.edge(np.asarray(ready, np.int64), j0)
+            fb.edge(tails[chain], j0)
+            ready = j0
         prev = np.asarray(ready, np.int64)
         finals = [[] for _ in range(n)]
         for k in range(self.K):
@@ -241,7 +246,8 @@ def sym_oneshot(fb, ready, nbytes):
 _PIECE_BYTES = 8 << 20     # NVLS tree: the buffer is pipelined through its three phases in pieces of at least this
 _MAX_PIECES = 32           # (at most this many: the fill and drain cost 2/P of the slowest phase)
 _TREE_SLICES = 4           # slices per piece and phase
-CHAIN_RINGS = False
+CHAIN_RINGS = True
+STRIPE_SHARE = False
 
 
 def nvls_tree(fb, ready, nbytes):
