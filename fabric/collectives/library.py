@@ -367,11 +367,31 @@ def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, v
     return L + (hn if any(net) else h) + t
 
 
+def capable(view, ranks) -> bool:
+    """Every rank's scale-up ports end on switches that reduce and multicast (topology node_reduce)."""
+    from fabric.topology import SWITCH
+    t = view.topo
+    red = getattr(t, "node_reduce", None)
+    if red is None or not np.asarray(red).any():
+        return False
+    for r in ranks:
+        sw = t.ch_dst[t.ch_src == r]
+        sw = sw[t.node_kind[sw] == SWITCH]
+        if not len(sw) or not np.asarray(red)[sw].all():
+            return False
+    return True
+
+
+def nvls_gbps(view) -> float:
+    """Payload GB/s of one GPU's NVLS traffic: k_nvls x nvls_efficiency[arch] x its scale-up rate."""
+    cc = view.cfg.collectives
+    return view.rank_gbps(0) * value("k_nvls") * value("nvls_efficiency", cc)
+
+
 def _nvls_family_ns(algorithm: str, M: float, n: int, view: FabricView, B_p: float, R_net_p: float) -> float:
     """Latency + wire time (no launch) of the in-switch and symmetric algorithms (docs/collectives.md §NVLS):
     nvls: nvls_lat + M(1+1/n)/R_nvls; nvls_tree: nvls_lat + 2 log2(N) network Simple steps + max(M(1+1/g)/R_nvls,
     M/(g R_net)); sym_nvls: 2 h_Simple + M(1+1/n)/R_nvls; sym_oneshot (LL): h_LL + (n-1)M/R_LL."""
-    from fabric.collectives.nvls import nvls_gbps
     if algorithm == "sym_oneshot":
         return value("h_LL_ns") + (n - 1) * M / B_p
     R = nvls_gbps(view)
@@ -395,7 +415,6 @@ def nvls_candidates(view: FabricView, n: int, cc) -> list[str]:
     """AllReduce algorithms of the in-switch family the fabric and run mode allow: nvls (one domain) / nvls_tree
     (several) where every rank's switches reduce (switch.reduction), and with collectives.symmetric the NCCL 2.27
     symmetric kernels of one domain (sym_oneshot; sym_nvls where the switches reduce)."""
-    from fabric.collectives.nvls import capable
     if n < 2 or n > view.topo.n_ranks:
         return []
     one = len(set(view.topo.node_domain[:n].tolist())) == 1

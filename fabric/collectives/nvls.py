@@ -32,33 +32,12 @@ import math
 import numpy as np
 
 from fabric.collectives._frag import bounds
+from fabric.collectives.library import capable, nvls_gbps  # noqa: F401 (re-exported)
 from fabric.taskgraph import BUF_IN, BUF_OUT, COMPUTE, SW_DOWN, SW_UP, TRANSFER
 
 _MAX_SLICES = 16
 _SLICE_BYTES = 256 << 10   # a chunk is pipelined in slices of at least this (at most _MAX_SLICES): the phases of
                            # slice k overlap those of k+1 (NCCL's NVLS moves a channel's part in 128 KiB..1 MiB steps)
-
-
-def capable(view, ranks) -> bool:
-    """Every rank's scale-up ports end on switches that reduce and multicast (topology node_reduce)."""
-    from fabric.topology import SWITCH
-    t = view.topo
-    red = getattr(t, "node_reduce", None)
-    if red is None or not np.asarray(red).any():
-        return False
-    for r in ranks:
-        sw = t.ch_dst[t.ch_src == r]
-        sw = sw[t.node_kind[sw] == SWITCH]
-        if not len(sw) or not np.asarray(red)[sw].all():
-            return False
-    return True
-
-
-def nvls_gbps(view) -> float:
-    """Payload GB/s of one GPU's NVLS traffic: k_nvls x nvls_efficiency[arch] x its scale-up rate."""
-    from fabric.collectives.library import value
-    cc = view.cfg.collectives
-    return view.rank_gbps(0) * value("k_nvls") * value("nvls_efficiency", cc)
 
 
 def _ports(view, r: int) -> int:
