@@ -197,6 +197,12 @@ class SwitchConfig(_Section):
     arbitration: str = param("round_robin", unit="choice", choices=("round_robin", "fixed_priority"),
                              help="output arbitration among input ports' virtual output queues",
                              reason="round robin is starvation-free and what switch ASICs ship")
+    reduction: bool = param(False, unit="bool",
+                            help="in-host (scale-up) switches reduce and multicast in the switch (NVLink SHARP / "
+                                 "NVLS class): in-switch legs (task-graph ops SW_UP / SW_DOWN) and the nccl-like "
+                                 "library's nvls algorithms may use them",
+                            reason="off for a generic switch; NVSwitch gen3+ (H100/H200, B200) has it, NVIDIA NVLink "
+                                   "SHARP (docs/sources.md §In-switch reduction); A100's NVSwitch gen2 does not")
 
 
 @dataclass(frozen=True)
@@ -350,6 +356,18 @@ class CollectivesConfig(_Section):
                                        "InfiniBand 0.752 (RoCE: 0.636)",
                                   reason="fitted: mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (IB), the H200 RoCE "
                                          "tables >= 64M (RoCE) (docs/calibration.md)")
+    nvls_efficiency: float = param(0.0, unit="ratio", lo=0, hi=1,
+                                   help="nccl-like: NCCL's nvlsEfficiency of the GPU architecture (Hopper 0.85, "
+                                        "Blackwell 0.74); the NVLS rate is k_nvls x this x the scale-up rate; 0 = "
+                                        "the profile's 0.85 (Hopper)",
+                                   reason="an architecture fact of NCCL's tuner (src/graph/tuning.cc); a preset of "
+                                          "another GPU sets it")
+    symmetric: bool = param(False, unit="bool",
+                            help="nccl-like run mode: NCCL 2.27 symmetric-memory kernels (registered windows: "
+                                 "one-shot LL, two-shot with NVLS multicast where the switches reduce; launch "
+                                 "launch_sym_ns instead of launch_ns)",
+                            reason="off: a run must register its buffers with ncclCommWindowRegister to get them; "
+                                   "the B200 calibration table ran them, so its validate row sets this")
     gpus_per_process: int = param(1, unit="GPUs", lo=1, hi=64,
                                   help="nccl-like run mode: GPUs one host thread drives (nccl-tests -g N); each "
                                        "extra GPU adds host_launch_ns to every call",

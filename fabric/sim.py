@@ -264,6 +264,29 @@ class RunResult:
         return int(self.counters["packets"].sum())
 
 
+def check_switch_legs(topo: dict, graph: dict) -> None:
+    """In-switch legs (ops SW_UP / SW_DOWN) only through switches that declare switch.reduction: ConfigError."""
+    from fabric.taskgraph import SW_DOWN, SW_UP, TRANSFER
+    op = np.asarray(graph["op"])
+    legs = np.flatnonzero((np.asarray(graph["kind"]) == TRANSFER) & ((op == SW_UP) | (op == SW_DOWN)))
+    if not len(legs):
+        return
+    red = topo.get("node_reduce")
+    R = int(topo["n_ranks"])
+    rank, peer = np.asarray(graph["rank"])[legs], np.asarray(graph["peer"])[legs]
+    first = np.asarray(topo["pair_ptr"])[rank.astype(np.int64) * R + peer]
+    up = op[legs] == SW_UP
+    hop = np.where(up, np.asarray(topo["path_ptr"])[first], np.asarray(topo["path_ptr"])[first + 1] - 1)
+    ch = np.asarray(topo["path_ch"])[hop]
+    sw = np.where(up, np.asarray(topo["ch_dst"])[ch], np.asarray(topo["ch_src"])[ch])
+    ok = np.zeros(len(legs), bool) if red is None else np.asarray(red, bool)[sw]
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise ConfigError(f"{int((~ok).sum())} in-switch reduce/multicast leg(s) through a switch without in-switch "
+                          f"reduction (first: rank {int(rank[i])} -> {int(peer[i])}, node {int(sw[i])}); set "
+                          f"switch.reduction = true only for NVLS-capable switches (NVSwitch gen3+)")
+
+
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
         slice_events: int = 2_000_000, raise_on_stuck: bool = True) -> RunResult:
     """Execute a task graph on the fabric. faults: (kind name, channel, n, k) tuples (see FAULTS); progress:
@@ -277,6 +300,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                           f"{topo_arrays['vc_levels']} VC levels need link.vcs >= {need}")
     graph_arrays = as_arrays(graph)
     n_tasks = len(graph_arrays["kind"])
+    check_switch_legs(topo_arrays, graph_arrays)
     check_size(cfg, topo_arrays, graph_arrays, engine)
     eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, graph_arrays, engine == "analytic")
     for kind, ch, n, k in faults:

@@ -28,6 +28,11 @@ from fabric.errors import FabricError
 KIND_NAMES = ("compute", "transfer", "reduce", "join")
 COMPUTE, TRANSFER, REDUCE, JOIN = range(len(KIND_NAMES))
 STORE, LOAD = 0, 1
+# in-switch legs (NVLS class, docs/kernel.md §In-switch reduction and multicast): the route rank -> peer trimmed to
+# its first hop (SW_UP: rank's port into its switch, consumed by the switch's reduce/multicast engine) or to its last
+# hop (SW_DOWN: the switch's port to peer, injected by the switch). Need switch.reduction on that switch.
+SW_UP, SW_DOWN = 2, 3
+OP_NAMES = ("store", "load", "switch-up", "switch-down")
 # symbolic buffer tags (per collective instance and rank)
 BUF_NAMES = dict(enumerate(("in", "out", "tmp")))
 BUF_NONE = -1
@@ -165,7 +170,8 @@ class TaskGraph:
         k = int(self.kind[t])
         s = f"task {t} {KIND_NAMES[k] if 0 <= k < len(KIND_NAMES) else k} on rank {int(self.rank[t])}"
         if k == TRANSFER:
-            verb = "store to" if self.op[t] == STORE else "load from"
+            verb = {STORE: "store to", LOAD: "load from", SW_UP: "switch-up leg towards",
+                    SW_DOWN: "switch-down leg to"}.get(int(self.op[t]), "transfer to")
             s += f" {verb} rank {int(self.peer[t])}, {int(self.nbytes[t])} B"
         c = int(self.coll[t])
         if 0 <= c < len(self.coll_meta):
@@ -196,7 +202,8 @@ class TaskGraph:
         bad(xf & ((self.peer < 0) | (self.peer >= self.n_ranks) | (self.peer == self.rank)),
             "are transfers without a valid peer")
         bad(~xf & (self.peer != -1), "are not transfers but name a peer")
-        bad(xf & (self.op != STORE) & (self.op != LOAD), "are transfers with an op other than store/load")
+        bad(xf & ((self.op < STORE) | (self.op > SW_DOWN)), "are transfers with an op other than store/load/"
+            "switch-up/switch-down")
         bad(xf & (self.nbytes <= 0), "are transfers of no bytes (use a JOIN)")
         bad((self.nbytes < 0) | (self.duration_ps < 0), "have negative bytes or duration")
         bad((self.stream < -1), "have a stream below -1")

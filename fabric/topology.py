@@ -57,6 +57,7 @@ class Topology:
     rank_router: np.ndarray = None  # int32[R]: index into mesh_nodes of the router serving each rank
     rank_ports: int = 0            # parallel ports rank -> router; 0 when the rank is its own router
     routing: str = ""              # algorithm the fabric manager used (dor, dor-dateline, updown, shortest)
+    node_reduce: np.ndarray = None  # bool[n_nodes]: switch reduces and multicasts in the switch (switch.reduction)
 
     # ---------------------------------------------------------------- conveniences
     @property
@@ -133,8 +134,12 @@ class _Builder:
             self.chlat.append(lat)
             self.lane.append(k)
 
-    def freeze(self, name: str, n_ranks: int, kind: str, description: str, **extra) -> Topology:
+    def freeze(self, name: str, n_ranks: int, kind: str, description: str, reducing=(), **extra) -> Topology:
+        """The arrays. `reducing`: the switches that reduce and multicast in the switch (only in-host switches of
+        builders that honour switch.reduction; every other node is False)."""
         c = len(self.src)
+        red = np.zeros(len(self.names), dtype=bool)
+        red[list(reducing)] = True
         rev = np.arange(c, dtype=np.int32) ^ 1
         return Topology(
             name=name, n_ranks=n_ranks, node_names=self.names,
@@ -145,7 +150,7 @@ class _Builder:
             ch_ber=np.full(c, self.cfg.phy.ber, dtype=np.float64),
             kind=kind, description=description, node_forwards=np.array(self.fwd, dtype=bool),
             node_coord=np.array(self.coords, dtype=np.int32).reshape(-1, 3),
-            ch_lane=np.array(self.lane, dtype=np.int32), **extra)
+            ch_lane=np.array(self.lane, dtype=np.int32), node_reduce=red, **extra)
 
 
 def parse_dims(text: str, key: str) -> tuple[int, int, int]:
@@ -269,8 +274,10 @@ def _build_hosts(cfg: FabricConfig, kind: str) -> Topology:
     if hgx:
         hsw = [[b.node(f"nvsw{h}.{p}" if P > 1 else f"nvsw{h}", SWITCH, domain=h, latency_ps=sw_lat,
                        forwards=True) for p in range(P)] for h in range(H)]
+        reducing = [x for row in hsw for x in row] if cfg.switch.reduction else []
     else:
         hsw = [[b.node(f"hsw{h}", SWITCH, domain=h, latency_ps=sw_lat, forwards=True)] for h in range(H)]
+        reducing = [x for row in hsw for x in row] if cfg.switch.reduction else []
     for r in range(R):
         for p in range(P):
             for _ in range(split[p]):
@@ -310,8 +317,8 @@ def _build_hosts(cfg: FabricConfig, kind: str) -> Topology:
     if not hgx:
         desc = (f"{H} hosts of {A} accelerators with an in-host switch; {K} x {t.nic_gbps:g}G RoCE NIC(s) per host; "
                 + ("rail switches" if rails else "one Ethernet switch"))
-        return b.freeze(f"scaleout-roce-{R}", R, "scaleout_roce", desc)
-    return b.freeze(f"hgx-{H}x{A}", R, "hgx", desc)
+        return b.freeze(f"scaleout-roce-{R}", R, "scaleout_roce", desc, reducing=reducing)
+    return b.freeze(f"hgx-{H}x{A}", R, "hgx", desc, reducing=reducing)
 
 
 def build_scaleout_roce(cfg: FabricConfig) -> Topology:

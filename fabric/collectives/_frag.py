@@ -129,6 +129,8 @@ class FragBuilder:
     def software_ns(self, s: int, d: int) -> float:
         """nccl-like: per-step software after hop s -> d (fitted step time minus the fabric's own latency)."""
         key = (s, d)
+        if self.__dict__.get("net_pipelined") and self.crosses(s, d):
+            return 0.0     # a later piece of a pipelined call: the proxy pipeline is already running (nvls_tree)
         if key not in self._sw:
             from fabric.collectives.library import step_software_ns
             self._sw[key] = step_software_ns(self.view, self.protocol, s, d) if s != d else 0.0

@@ -107,6 +107,16 @@ NCCL_LIKE = {
     "o_p2p_ns": Const(4981.0, "ns", "alltoall: the proxy's post of one send to a peer through a NIC (a rank's "
                       "remote sends are posted one after the other)", _FIT,
                       "mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (alltoall 1 KB, 2x1 and 2x8)"),
+    "nvls_lat_ns": Const(25000.0, "ns", "NVLS / NVLS-tree algorithm latency (the in-switch reduce + multicast "
+                         "kernel's per-call synchronisation), INCLUDING its fabric crossings (the simulator "
+                         "subtracts its own)", "NCCL src/graph/tuning.cc: NVLS base latency 25 us"),
+    "k_nvls": Const(0.759, "ratio", "NVLS per-GPU payload rate = k_nvls x nvls_efficiency[arch] x scale-up rate "
+                    "(Hopper 0.645, Blackwell 0.562 of the link rate)", _FIT,
+                    "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt (>= 4M)"),
+    "nvls_efficiency": Const(0.85, "ratio", "NCCL nvlsEfficiency of the architecture (Hopper 0.85, Blackwell 0.74); "
+                             "only k_nvls x this is used", "NCCL src/graph/tuning.cc (ratio between arches)"),
+    "launch_sym_ns": Const(2610.0, "ns", "NCCL 2.27 symmetric-kernel launch + prologue (collectives.symmetric)",
+                           _FIT, "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt (8 B-8 KB)"),
     "p2p_ll_max_bytes": Const(16384, "B", "alltoall / broadcast use LL when the bytes per peer are at most this",
                               "NCCL P2P_LL_THRESHOLD (src/enqueue.cc)"),
 }
@@ -123,7 +133,8 @@ PROFILES = {"sd200": SD200, "nccl-like": NCCL_LIKE}
 
 
 # profile values a [collectives] key may override (architecture / fabric / run facts; 0 = keep the profile's)
-_CONFIG_KEYS = {"ll_max_bw_gbps": "ll_max_bw_gbps", "max_channels": "max_channels", "eta_net": "net_efficiency"}
+_CONFIG_KEYS = {"ll_max_bw_gbps": "ll_max_bw_gbps", "max_channels": "max_channels", "eta_net": "net_efficiency",
+                "nvls_efficiency": "nvls_efficiency"}
 
 
 def value(key: str, cc=None) -> float:
@@ -136,8 +147,10 @@ def value(key: str, cc=None) -> float:
 
 
 def launch_ns(cc) -> float:
-    """Per-call launch: the fitted software launch, plus the host's cost per extra GPU of a -g N run."""
-    return value("launch_ns") + (cc.gpus_per_process - 1) * cc.host_launch_ns
+    """Per-call launch: the fitted software launch (symmetric kernels: launch_sym_ns), plus the host's cost per
+    extra GPU of a -g N run."""
+    base = value("launch_sym_ns") if getattr(cc, "symmetric", False) else value("launch_ns")
+    return base + (cc.gpus_per_process - 1) * cc.host_launch_ns
 
 
 def check_library(name: str) -> str:
@@ -325,6 +338,8 @@ def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, v
     R_net = view.nic_gbps(0) * value("eta_net", cc)
     if protocol != "Simple":
         R_net *= value(f"g_n{protocol}")
+    if algorithm in ("nvls", "nvls_tree", "sym_nvls", "sym_oneshot"):
+        return L + _nvls_family_ns(algorithm, M, n, view, B, R_net)
     if algorithm == "hierarchical":
         doms = _domains(view, n)
         if doms is None:
@@ -351,6 +366,66 @@ def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, v
     return L + (hn if any(net) else h) + t
 
 
+def capable(view, ranks) -> bool:
+    """Every rank's scale-up ports end on switches that reduce and multicast (topology node_reduce)."""
+    from fabric.topology import SWITCH
+    t = view.topo
+    red = getattr(t, "node_reduce", None)
+    if red is None or not np.asarray(red).any():
+        return False
+    for r in ranks:
+        sw = t.ch_dst[t.ch_src == r]
+        sw = sw[t.node_kind[sw] == SWITCH]
+        if not len(sw) or not np.asarray(red)[sw].all():
+            return False
+    return True
+
+
+def nvls_gbps(view) -> float:
+    """Payload GB/s of one GPU's NVLS traffic: k_nvls x nvls_efficiency[arch] x its scale-up rate."""
+    cc = view.cfg.collectives
+    return view.rank_gbps(0) * value("k_nvls") * value("nvls_efficiency", cc)
+
+
+def _nvls_family_ns(algorithm: str, M: float, n: int, view: FabricView, B_p: float, R_net_p: float) -> float:
+    """Latency + wire time (no launch) of the in-switch and symmetric algorithms (docs/collectives.md §NVLS):
+    nvls: nvls_lat + M(1+1/n)/R_nvls; nvls_tree: nvls_lat + 2 log2(N) network Simple steps + max(M(1+1/g)/R_nvls,
+    M/(g R_net)); sym_nvls: 2 h_Simple + M(1+1/n)/R_nvls; sym_oneshot (LL): h_LL + (n-1)M/R_LL."""
+    if algorithm == "sym_oneshot":
+        return value("h_LL_ns") + (n - 1) * M / B_p
+    R = nvls_gbps(view)
+    if algorithm == "nvls":
+        return value("nvls_lat_ns") + M * (1 + 1 / n) / R
+    if algorithm == "sym_nvls":
+        return 2 * value("h_Simple_ns") + M * (1 + 1 / n) / R
+    doms = _domains(view, n)
+    if doms is None:
+        return math.inf
+    N, g = doms
+    hn = value("h_Simple_ns") + value("d_net_ns") + value("F_Simple_net_ns")
+    return (value("nvls_lat_ns") + 2 * math.log2(N) * hn
+            + max(M * (1 + 1 / g) / R, M / max(g * R_net_p, 1e-9)))
+
+
+_ALG_PROTOCOL = {"nvls": "Simple", "nvls_tree": "Simple", "sym_nvls": "Simple", "sym_oneshot": "LL"}
+
+
+def nvls_candidates(view: FabricView, n: int, cc) -> list[str]:
+    """AllReduce algorithms of the in-switch family the fabric and run mode allow: nvls (one domain) / nvls_tree
+    (several) where every rank's switches reduce (switch.reduction), and with collectives.symmetric the NCCL 2.27
+    symmetric kernels of one domain (sym_oneshot; sym_nvls where the switches reduce)."""
+    if n < 2 or n > view.topo.n_ranks:
+        return []
+    one = len(set(view.topo.node_domain[:n].tolist())) == 1
+    cap = capable(view, range(n))
+    out = []
+    if getattr(cc, "symmetric", False) and one:
+        out += ["sym_oneshot"] + (["sym_nvls"] if cap else [])
+    if cap:
+        out += ["nvls"] if one else (["nvls_tree"] if _domains(view, n) else [])
+    return out
+
+
 def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
          algorithm: str | None = None) -> Choice:
     """(algorithm, protocol, channels) for one call of the nccl-like library: the candidate of least estimated
@@ -362,6 +437,8 @@ def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
         algs = [algorithm]
     elif kind in ("allreduce", "allgather", "reduce_scatter"):
         algs = ["ring"] + (["hierarchical"] if kind == "allreduce" and _domains(view, n) else [])
+        if kind == "allreduce":
+            algs += nvls_candidates(view, n, cc)
         if cc.policy not in ("sd200", "auto"):
             algs = [cc.policy if kind == "allreduce" else ("ring" if cc.policy in ("ring", "halving_doubling")
                                                            else "direct")]
@@ -377,9 +454,15 @@ def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
     best = None
     for a in algs:
         for p in protos:
+            if a in _ALG_PROTOCOL and p != _ALG_PROTOCOL[a]:
+                continue
             t = estimate_ns(kind, a, p, nbytes, n, view)
             if best is None or t < best[0]:
                 best = (t, a, p)
+    if best is None:      # a forced algorithm whose protocol the forced protocol excludes: its own protocol
+        a = algs[0]
+        p = _ALG_PROTOCOL.get(a, protos[0])
+        best = (estimate_ns(kind, a, p, nbytes, n, view), a, p)
     _, a, p = best
     ch = nccl_channels(nbytes, p, n, "ring" if a in ("ring", "hierarchical") else a, cc=cc)
     return Choice(a, p, ch)

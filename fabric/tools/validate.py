@@ -260,11 +260,12 @@ class CalTable:
 CALIBRATION = (
     CalTable("a100_1x8_g8", "1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt", None, "dgx-a100",
              {"collectives.gpus_per_process": 8}, 8, 1, "nccl-tests -g 8: one process drives 8 GPUs"),
-    CalTable("b200_1x8_sym", "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt", None, "dgx-b200", {}, 8, 1,
-             "NCCL 2.27 symmetric-memory kernels (one-shot LL, NVLS two-shot), not modelled by nccl-like"),
+    CalTable("b200_1x8_sym", "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt", None, "dgx-b200",
+             {"collectives.symmetric": True}, 8, 1,
+             "NCCL 2.27 symmetric-memory kernels (one-shot LL, NVLS two-shot): the run mode collectives.symmetric"),
     CalTable("h200_2x8_roce", "2node_8xH200_RoCE400G_spectrumx_openshift.txt", None, "hgx-h200-2x8-roce",
              {"collectives.gpus_per_process": 8}, 16, 2,
-             "one process per node --ngpus 8; NCCL uses NVLS (in-switch reduction) here, not modelled"),
+             "one process per node --ngpus 8; NCCL uses NVLS / NVLS tree (in-switch reduction) here"),
     CalTable("h200_2x1_roce", "2node_1xH200_RoCE_gke_dranet.txt", None, "hgx-h200-2x8-roce", dict(_2X1), 2, 2,
              "2 nodes x 1 GPU + 1 NIC (accels_per_domain=1, nics_per_host=1); the GKE fabric's extra latency is "
              "not in the preset"),

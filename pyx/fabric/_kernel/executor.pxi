@@ -2,14 +2,16 @@
 # The workload: tasks start when their dependencies complete; compute and reduce tasks occupy their (rank, stream)
 # FIFO, transfers are issued to the endpoints (or timed alpha-beta by the analytic engine), joins are free.
 # Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an_free.
-cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, bint occupy) noexcept nogil:
+cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, bint occupy,
+                          int32_t h0=0, int32_t h1=-1) noexcept nogil:
     """Alpha-beta over the route: latencies + pipelined serialisation on the slowest hop, queued behind earlier
-    transfers on the source port (injection is where a rank's own transfers contend; the network is not modelled)."""
-    cdef int32_t h, n = path_len(s, p), ch, first_ch = path_hop_ch(s, p, 0)
+    transfers on the source port (injection is where a rank's own transfers contend; the network is not modelled).
+    Hops h0..h1-1 only (default all): an in-switch leg crosses one hop of its route."""
+    cdef int32_t h, n = path_len(s, p) if h1 < 0 else h1, ch, first_ch = path_hop_ch(s, p, h0)
     cdef double worst = 0.0
     cdef ps_t lat = 0, pkt_ser, ser, t, f
     cdef int64_t tlp = nbytes + <int64_t>npk * s.hdr_B
-    for h in range(n):
+    for h in range(h0, n):
         ch = path_hop_ch(s, p, h)
         lat += s.c[ch].ch_lat
         if h + 1 < n:
@@ -24,7 +26,7 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
         t = s.an_free[first_ch]
     if occupy:
         s.an_free[first_ch] = t + ser
-    return t + lat + ser + (n - 1) * (pkt_ser if pkt_ser < f else f)
+    return t + lat + ser + (n - h0 - 1) * (pkt_ser if pkt_ser < f else f)
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
     """Task t is ready: a join completes at once, a transfer is issued (or timed by the analytic engine), a compute
@@ -53,8 +55,13 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
                 p = xf.path
                 when = analytic_oneway(s, p, 0, <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B), when, False)
                 xf = &s.xf[xf.partner]
-            when = analytic_oneway(s, xf.path, xf.total_B,
-                                   <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B), when, True)
+            if xf.kind == 3:                   # in-switch leg: the one hop of its route it crosses
+                key = 0 if xf.hv0 == s.path_hv[s.path_ptr[xf.path]] else path_len(s, xf.path) - 1
+                when = analytic_oneway(s, xf.path, xf.total_B, <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B),
+                                       when, True, key, key + 1)
+            else:
+                when = analytic_oneway(s, xf.path, xf.total_B,
+                                       <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B), when, True)
             return c_push(&s.heap, when + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
         return c_push_lane(&s.heap, k, when, EV_XFER_INJECT, -1, x, 0, 0)
     if s.t_stream[t] >= 0:

@@ -283,6 +283,8 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
         load = op[i] == 1
         t_xfer_v[t] = x
         init_xfer(s, x, r, q, nbytes[i], t, 1 if load else 0, 0, extra if load else -1)
+        if op[i] == 2 or op[i] == 3:
+            switch_leg(s, x, op[i])
         if load:    # the response flow: data from the owner back to the requester
             init_xfer(s, extra, q, r, nbytes[i], -1, 2, 1, x)
             s.xf[x].task = -1
@@ -315,6 +317,24 @@ cdef void init_xfer(SimC* s, int32_t x, int32_t src, int32_t dst, int64_t nbytes
         xf.hv0 = s.path_hv[s.path_ptr[xf.path]]
         xf.at1 = s.path_at1[xf.path]
         xf.hops = <int16_t>path_len(s, xf.path)
+
+
+cdef void switch_leg(SimC* s, int32_t x, int8_t op) noexcept nogil:
+    """In-switch legs (issue 16, NVLS): the route r -> q trimmed to its first hop (op 2, UP: r's port into its
+    switch; the packets are consumed by the switch's reduce/multicast engine) or to its last hop (op 3, DOWN: the
+    switch's port to q; the packets are injected at the switch). Kind 3: no end-to-end window (the switch engine
+    buffers; link credits still apply), no read tags."""
+    cdef XferC* xf = &s.xf[x]
+    cdef int32_t n
+    xf.kind = 3
+    xf.d_kind = 3
+    if xf.path < 0:
+        return
+    n = path_len(s, xf.path)
+    if op == 3:
+        xf.hv0 = s.path_hv[s.path_ptr[xf.path] + n - 1]
+    xf.at1 = -1
+    xf.hops = 1
 
 
 cdef ps_t return_latency(SimC* s, int32_t src, int32_t dst, int32_t flow) noexcept nogil:
