@@ -138,6 +138,17 @@ def params_of(chip) -> KernelParams:
 
 # ---------------------------------------------------------------- kernel shapes
 
+def linear_dims(style: str, d: dict, shard) -> tuple[int, int]:
+    """(in, out) of a linear op on one rank: column-parallel (and vocab) layers shard the output, row-parallel ones
+    the input; `shard(n)` is n over the op's tensor-parallel degree, rounded up."""
+    i, out = d["in"], d["out"]
+    if style in ("colwise", "vocab"):
+        out = shard(out)
+    elif style == "rowwise":
+        i = shard(i)
+    return i, out
+
+
 def matrix_parts(chip, kp: KernelParams, G: int, M: int, K: int, N: int, wbytes: float, dtype: str,
                  fused_reduce: bool | None = None) -> dict:
     """Tiles, split-K, waves and per-CTA work of G (M x K) @ (K x N) products; no times (see `_finish`)."""
@@ -331,11 +342,7 @@ def logical_op_time(chip, op, t_shard: int, b: int, wdtype: str, moe: dict | Non
         rows, width = b * n, d["width"]
         parts = _rows_parts(kp, rows, (4 if d["add"] else 2) * rows * width * ACT + width * ACT, 4.0 * rows * width)
     elif o == "linear":
-        i, out = d["in"], d["out"]
-        if op.style in ("colwise", "vocab"):
-            out = sh(out)
-        elif op.style == "rowwise":
-            i = sh(i)
+        i, out = linear_dims(op.style, d, sh)
         parts = matrix_parts(chip, kp, 1, b, i, out, w, cd, fused)
     elif o == "qkv_linear":
         q, kv = d["heads"] // t_shard, sh(d["kv_heads"])

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from fabric.capture.graph import analytic_graph
-from fabric.capture.kernels import ACT, WEIGHT_BYTES, matrix_parts
+from fabric.capture.kernels import ACT, WEIGHT_BYTES, linear_dims, matrix_parts
 from fabric.capture.plan import WEIGHT_DTYPES
 from fabric.errors import ConfigError
 
@@ -53,12 +53,7 @@ def _matrices(op, plan, spec) -> list[tuple[int, int, int]]:
     sh = lambda x: -(-x // t)  # noqa: E731
     o = op.op
     if o == "linear":
-        i, out = d["in"], d["out"]
-        if op.style in ("colwise", "vocab"):
-            out = sh(out)
-        elif op.style == "rowwise":
-            i = sh(i)
-        return [(1, i, out)]
+        return [(1, *linear_dims(op.style, d, sh))]
     if o == "qkv_linear":
         return [(1, d["in"], (d["heads"] // t + 2 * sh(d["kv_heads"])) * d["head_dim"])]
     if o == "router":

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 
 from fabric.capture.kernels import (ACT, COMPUTE_DTYPE, WEIGHT_BYTES, _elementwise_parts, _finish, _rows_parts,
-                                    attention_parts, matrix_parts, params_of)
+                                    attention_parts, linear_dims, matrix_parts, params_of)
 from fabric.errors import ConfigError
 
 RUNTIMES = ("fused", "eager")
@@ -109,11 +109,7 @@ def eager_kernels(chip, spec, op, t_shard: int, b: int, wdtype: str, moe: dict |
             T.ew(f"{nm}.residual_add", b * n * d["width"], 3 * ACT)
         T.rmsnorm(nm, b * n, d["width"])
     elif o == "linear":
-        i, out = d["in"], d["out"]
-        if op.style in ("colwise", "vocab"):
-            out = sh(out)
-        elif op.style == "rowwise":
-            i = sh(i)
+        i, out = linear_dims(op.style, d, sh)
         if nm == "qkv_a_proj" and spec.family == "mla_moe":   # q_a_proj and kv_a_proj_with_mqa
             T.mat("q_a_proj", 1, b, i, spec.q_lora)
             T.mat("kv_a_proj", 1, b, i, out - spec.q_lora)
