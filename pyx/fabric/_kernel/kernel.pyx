@@ -37,6 +37,7 @@ include "endpoint.pxi"   # transaction layer: packet pool, carving, tags, end-to
 include "executor.pxi"   # task graph, analytic engine
 include "loop.pxi"       # the event loop (c_run) and its look-ahead prefetches
 include "setup.pxi"      # Engine's set-up steps: dicts of numpy arrays -> SimC
+include "manager.pxi"    # fabric manager's route tables (dimension order), for fabric/routing.py
 
 
 # ================================================================== Python-facing owner of the state
