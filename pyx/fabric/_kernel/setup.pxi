@@ -200,10 +200,11 @@ cdef list common_packet_sizes(dict p, dict graph, int top=3):
     sizes = np.concatenate([[maxp + hdr], nbytes % maxp + hdr, [hdr]])
     counts = np.concatenate([[int((nbytes // maxp).sum())], (nbytes % maxp > 0).astype(np.int64),
                              [int(((nbytes[load] + mrrs - 1) // mrrs).sum())]])
-    uniq, inv = np.unique(sizes, return_inverse=True)
-    tot = np.bincount(inv, weights=counts)
+    # sizes lie in [hdr, maxp + hdr]: a count per possible size, in ascending size as np.unique would give them,
+    # without sorting a million of them (the same float sums, added in the same order)
+    tot = np.bincount(sizes - hdr, weights=counts, minlength=maxp + 1)
     order = np.argsort(-tot, kind="stable")
-    return [int(uniq[j]) for j in order[:top] if tot[j] > 0]
+    return [int(j) + hdr for j in order[:top] if tot[j] > 0]
 
 
 cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
