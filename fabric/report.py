@@ -14,7 +14,20 @@ def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
     """Walk back from the last task to finish, always to the constraint that released it (the predecessor that
     finished last, or the task before it on the same stream). Time on the model's compute tasks is compute;
     everything else on the path (transfers, local reductions, flags, a collective's launch and wait points, and
-    waiting) is exposed communication. The two add up to the step."""
+    waiting) is exposed communication. The two add up to the step.
+
+    The walk runs in the kernel extension (report.pxi: a counting sort of the edges, each stream sorted when the
+    walk first reaches it); critical_path_reference below is the same walk in numpy and Python."""
+    from fabric._check_build import kernel
+    if graph.n_tasks == 0:
+        return dict(compute_ps=0, comm_ps=0, tasks=0)
+    compute_ps, comm_ps, length = kernel.critical_path_walk(graph.succ_ptr, graph.succ_idx, start, end, graph.kind,
+                                                            graph.coll, graph.rank, graph.stream, COMPUTE)
+    return dict(compute_ps=int(compute_ps), comm_ps=int(comm_ps), tasks=int(length))
+
+
+def critical_path_reference(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
+    """critical_path in numpy and Python (the definition the compiled walk is tested against)."""
     ptr, pred = graph.predecessors_csr()
     stream_prev = np.full(graph.n_tasks, -1, np.int64)
     on_stream = np.flatnonzero(graph.stream >= 0)

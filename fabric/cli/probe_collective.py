@@ -32,11 +32,14 @@ TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64
               help="data type of the count column (nccl-tests -d)")
 @click.option("--algorithm", default=None, help="force an algorithm [default: the configured library's choice]")
 @click.option("--ranks", type=int, default=None, help="group size: ranks 0..N-1 [default: every accelerator]")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
+              help="processes that run the sweep's sizes  [default: the cores available; 1: serial; the rows are "
+                   "identical]")
 @engine_option()
 @config_options()
 @json_option("write the rows as JSON")
 @friendly
-def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, ranks, engine, preset,
+def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, ranks, jobs, engine, preset,
                    config_file, sets, seed, json_path):
     """Time one collective (all ranks start at t = 0; time = until the last rank's output is ready).
 
@@ -54,7 +57,7 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
         raise ConfigError(f"--compare file {compare_path} is a {measured.op} table but --op is {op}")
     byte_sizes = probe_sizes(nbytes, min_bytes, max_bytes, measured)
     cfg = load(preset, config_file, sets, seed)
-    rows = sweep(cfg, op, byte_sizes, algorithm=algorithm, ranks=ranks, engine=engine)
+    rows = sweep(cfg, op, byte_sizes, jobs=jobs, algorithm=algorithm, ranks=ranks, engine=engine)
     library = getattr(cfg.collectives, "library", None) or cfg.collectives.policy
     click.echo(f"{op} on {preset}, {rows[0]['ranks']} ranks, {engine} engine, library {library}")
     click.echo(table(rows, dtype))

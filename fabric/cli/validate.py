@@ -21,12 +21,15 @@ from fabric.cli.common import ENGINES, Command, check_writable, friendly, json_o
               help="engine of the calibration rows (every size of each published table, 8 B..16 GB)")
 @click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
               help="also print how TPOT and the 14 KB AllReduce move with +-50% of five parameters")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
+              help="processes that run the independent experiments  [default: the cores available; 1: serial; the "
+                   "results are identical]")
 @friendly
-def main(json_path, sweep_engine, calibration_engine, sensitivity):
+def main(json_path, sweep_engine, calibration_engine, sensitivity, jobs):
     check_writable(json_path)
     from fabric.tools import validate as V
     t0 = time.perf_counter()
-    r = V.validate(sweep_engine, calibration_engine)
+    r = V.validate(sweep_engine, calibration_engine, jobs=jobs)
     click.echo(V.format_rows(r["rows"]))
     click.echo("")
     click.echo(f"calibration tables (fabric/data/calibration/, docs/calibration.md): nccl-like library on the "
@@ -39,7 +42,7 @@ def main(json_path, sweep_engine, calibration_engine, sensitivity):
     if sensitivity:
         click.echo("")
         click.echo("sensitivity (TPOT: packet engine; AllReduce 14,336 B: packet engine; each parameter alone)")
-        click.echo(V.format_sensitivity(V.sensitivity("packet")))
+        click.echo(V.format_sensitivity(V.sensitivity("packet", jobs=jobs)))
     passed = sum(x["within_tolerance"] for x in r["rows"])
     cal = sum(x["within_tolerance"] for x in r["calibration"])
     click.echo(f"\n{passed} of {len(r['rows'])} figures and {cal} of {len(r['calibration'])} calibration tables "

@@ -129,15 +129,26 @@ def scaling_exponent(rows: list[dict], per: str = "packets", of: str = "wall_s")
     return float(np.polyfit(x, y, 1)[0])
 
 
-def run_suite(quick: bool = False, cases=None, progress=None, repeat: int = 1) -> list[dict]:
+def run_suite(quick: bool = False, cases=None, progress=None, repeat: int = 1, jobs: int | None = None) -> list[dict]:
     """One row per case. With repeat > 1 each case runs that many times (each in a fresh process) and its row is
     the fastest run: on a shared machine other tenants only ever add time (the usual best-of-N of timeit). The
-    runs must agree on every count, as the kernel is deterministic; peak RSS is the largest seen."""
-    rows = []
-    for case in cases or (QUICK if quick else FULL):
+    runs must agree on every count, as the kernel is deterministic; peak RSS is the largest seen. `jobs` child
+    processes run at once (default: the cores available); rows come back in case order whatever it is."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fabric.tools.pool import default_jobs
+    names = list(cases or (QUICK if quick else FULL))
+    jobs = default_jobs() if jobs is None else max(int(jobs), 1)
+
+    def one(case):
         if progress:
             progress(case)
-        runs = [run_case(case) for _ in range(repeat)]
+        return [run_case(case) for _ in range(repeat)]
+
+    with ThreadPoolExecutor(max_workers=max(min(jobs, len(names)), 1)) as ex:   # each case is a child process
+        all_runs = list(ex.map(one, names))
+    rows = []
+    for case, runs in zip(names, all_runs):
         counts = {(r["packets"], r["packet_hops"], r["events"]) for r in runs}
         if len(counts) != 1:
             raise RuntimeError(f"bench case {case}: repeated runs disagree on packets/hops/events: {sorted(counts)}")
