@@ -16,8 +16,13 @@ def dor_router_candidates(int32_t X, int32_t Y, int32_t Z, wrap, bint datelines,
     cdef int32_t[:, ::1] nb_n = np.ascontiguousarray(nb_n_a, np.int32)
     cdef int32_t dims[3]
     cdef bint wr[3]
-    cdef int32_t ca[3], cb[3], cur[3]
-    cdef int32_t nopt[3], ostep[3][2], osteps[3][2], sel[3]
+    cdef int32_t ca[3]
+    cdef int32_t cb[3]
+    cdef int32_t cur[3]
+    cdef int32_t nopt[3]
+    cdef int32_t ostep[3][2]
+    cdef int32_t osteps[3][2]
+    cdef int32_t sel[3]
     dims[0] = X; dims[1] = Y; dims[2] = Z
     for d in range(3):
         wr[d] = bool(wrap[d])
