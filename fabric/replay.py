@@ -31,7 +31,7 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     t0 = time.perf_counter()
     graph = lower(tr, cfg)
     lower_s = time.perf_counter() - t0
-    res = sim.run(cfg, topo, graph, engine=engine, progress=progress)
+    res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False)
     start, end = res.task_start_ps, res.task_end_ps
     step = step_summary(graph, start, end, task_layers(graph, tr))
     step_ps = step["step_ps"]

@@ -19,7 +19,24 @@ def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray, groups: 
     groups (int per task, -1 = none; e.g. the model layer of each compute task) adds "by_group": {group:
     [compute_ps, comm_ps]}, a split of the same totals. A compute task's time goes to its group; communication and
     waiting go to the group of the last grouped compute task before them on the path (the layer whose output is
-    being communicated), or to the first one after them when none precedes."""
+    being communicated), or to the first one after them when none precedes.
+
+    Without groups the walk runs in the kernel extension (report.pxi: a counting sort of the edges, each stream
+    sorted when the walk first reaches it); critical_path_reference below is the same walk in numpy and Python, and
+    the one that splits by group."""
+    if groups is not None:
+        return critical_path_reference(graph, start, end, groups)
+    from fabric._check_build import kernel
+    if graph.n_tasks == 0:
+        return dict(compute_ps=0, comm_ps=0, tasks=0)
+    compute_ps, comm_ps, length = kernel.critical_path_walk(graph.succ_ptr, graph.succ_idx, start, end, graph.kind,
+                                                            graph.coll, graph.rank, graph.stream, COMPUTE)
+    return dict(compute_ps=int(compute_ps), comm_ps=int(comm_ps), tasks=int(length))
+
+
+def critical_path_reference(graph: TaskGraph, start: np.ndarray, end: np.ndarray,
+                            groups: np.ndarray | None = None) -> dict:
+    """critical_path in numpy and Python (the definition the compiled walk is tested against), with groups."""
     ptr, pred = graph.predecessors_csr()
     stream_prev = np.full(graph.n_tasks, -1, np.int64)
     on_stream = np.flatnonzero(graph.stream >= 0)

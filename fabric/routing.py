@@ -23,6 +23,7 @@ from collections import Counter, deque
 
 import numpy as np
 
+from fabric._check_build import kernel
 from fabric.errors import RoutingError
 from fabric.topology import Topology
 
@@ -66,54 +67,20 @@ def _router_candidates(topo: Topology, datelines: bool):
         lanes.setdefault((int(topo.ch_src[c]), int(topo.ch_dst[c])), []).append(int(c))
     width = max((len(v) for v in lanes.values()), default=1)
 
-    cnt = np.zeros(S * S, dtype=np.int64)
-    start = np.zeros(S * S, dtype=np.int64)
-    cand_ptr, cand_ch, cand_vcl = [0], [], []
-    for a in range(S):
-        ca = (a % X, (a // X) % Y, a // (X * Y))
-        for b in range(S):
-            cb = (b % X, (b // X) % Y, b // (X * Y))
-            # per dimension: list of (step, n_steps) alternatives
-            options = []
-            for dim in range(3):
-                k, delta = dims[dim], cb[dim] - ca[dim]
-                if delta == 0:
-                    options.append([(0, 0)])
-                elif not wrap[dim]:
-                    options.append([(1 if delta > 0 else -1, abs(delta))])
-                else:
-                    fwd = delta % k
-                    back = k - fwd
-                    alt = []
-                    if fwd <= back:
-                        alt.append((1, fwd))
-                    if back <= fwd:
-                        alt.append((-1, back))
-                    options.append(alt)
-            start[a * S + b] = len(cand_ptr) - 1
-            n = 0
-            for lane in range(width if a != b else 1):
-                for ox in options[0]:
-                    for oy in options[1]:
-                        for oz in options[2]:
-                            c = list(ca)
-                            for dim, (step, steps) in enumerate((ox, oy, oz)):
-                                level = 0
-                                for _ in range(steps):
-                                    u = nodes[c[0] + X * (c[1] + Y * c[2])]
-                                    nxt = (c[dim] + step) % dims[dim]
-                                    if wrap[dim] and datelines and abs(nxt - c[dim]) != 1:
-                                        level = 1        # the wrap-around channel is the dateline
-                                    c[dim] = nxt
-                                    v = nodes[c[0] + X * (c[1] + Y * c[2])]
-                                    chs = lanes[(int(u), int(v))]
-                                    cand_ch.append(chs[lane % len(chs)])
-                                    cand_vcl.append(level)
-                            cand_ptr.append(len(cand_ch))
-                            n += 1
-            cnt[a * S + b] = n
-    return (cnt, start, np.array(cand_ptr, dtype=np.int64), np.array(cand_ch, dtype=np.int32),
-            np.array(cand_vcl, dtype=np.int8))
+    # per router and direction (2 * dim + (step < 0)) the lane channels to its neighbour there; the loop over
+    # router pairs runs in the kernel extension (manager.pxi), ~100x the pure-Python loop it replaces
+    nb_n = np.zeros((S, 6), dtype=np.int32)
+    nb_ch = np.full((S, 6, width), -1, dtype=np.int32)
+    for r in range(S):
+        cr = [r % X, (r // X) % Y, r // (X * Y)]
+        for dim in range(3):
+            for step in (1, -1):
+                c = list(cr)
+                c[dim] = (c[dim] + step) % dims[dim]
+                chs = lanes.get((int(nodes[r]), int(nodes[c[0] + X * (c[1] + Y * c[2])])), [])
+                nb_n[r, 2 * dim + (step < 0)] = len(chs)
+                nb_ch[r, 2 * dim + (step < 0), :len(chs)] = chs
+    return kernel.dor_router_candidates(X, Y, Z, tuple(bool(w) for w in wrap), bool(datelines), nb_ch, nb_n, width)
 
 
 def _route_dor(topo: Topology, datelines: bool) -> None:
@@ -128,33 +95,11 @@ def _route_dor(topo: Topology, datelines: bool) -> None:
     K[s == d] = 0
     pair_ptr = np.zeros(R * R + 1, dtype=np.int64)
     np.cumsum(K, out=pair_ptr[1:])
-    P = int(pair_ptr[-1])
-    # expand pairs into their candidate paths
-    pair = np.repeat(np.arange(R * R, dtype=np.int64), K)
-    j = np.arange(P, dtype=np.int64) - pair_ptr[pair]
-    ps, pd = s[pair], d[pair]
-    rc = start[ab[pair]] + (j + ps + pd) % m[pair]
-    mid_len = cptr[rc + 1] - cptr[rc]
-    extra = 2 if N > 0 else 0
-    path_ptr = np.zeros(P + 1, dtype=np.int64)
-    np.cumsum(mid_len + extra, out=path_ptr[1:])
-    H = int(path_ptr[-1])
-    path_ch = np.empty(H, dtype=np.int32)
-    path_vcl = np.zeros(H, dtype=np.int8)
-    # middle (router-to-router) hops, gathered from the router candidates
-    mid_total = int(mid_len.sum())
-    mid_start = np.zeros(P, dtype=np.int64)
-    np.cumsum(mid_len[:-1], out=mid_start[1:])
-    within = np.arange(mid_total, dtype=np.int64) - np.repeat(mid_start, mid_len)
-    dst_pos = np.repeat(path_ptr[:-1] + (1 if N > 0 else 0), mid_len) + within
-    src_pos = np.repeat(cptr[rc], mid_len) + within
-    path_ch[dst_pos] = cch[src_pos]
-    path_vcl[dst_pos] = cvcl[src_pos]
-    del within, dst_pos, src_pos
-    if N > 0:  # first hop: rank -> its router, last hop: router -> rank, over one of N parallel ports
-        up, down = _attach_ports(topo, N)
-        path_ch[path_ptr[:-1]] = up[ps, (j + pd) % N]
-        path_ch[path_ptr[1:] - 1] = down[pd, (j + ps) % N]
+    # path j of pair (s, d): router candidate start[ab] + (j + s + d) % m between an up port (j + d) % N and a
+    # down port (j + s) % N, VC level 0 on those two hops (the loop over paths runs in manager.pxi)
+    up, down = _attach_ports(topo, N) if N > 0 else (None, None)
+    path_ptr, path_ch, path_vcl = kernel.dor_expand_paths(R, S, topo.rank_router, N, cnt, start, cptr, cch, cvcl,
+                                                          pair_ptr, up, down)
     topo.pair_ptr, topo.path_ptr, topo.path_ch, topo.path_vcl = pair_ptr, path_ptr, path_ch, path_vcl
 
 
@@ -355,7 +300,13 @@ def dependency_edges(topo: Topology) -> np.ndarray:
     ends = topo.path_ptr[1:-1] - 1          # last hop of every path but the final one
     keep[ends[ends < len(keep)]] = False
     nv = topo.n_channels * L
-    key = np.unique(v[:-1][keep] * nv + v[1:][keep])
+    key = v[:-1][keep] * nv + v[1:][keep]
+    if nv * nv <= 1 << 27:      # a byte per possible edge: marking is linear where sorting 15 M keys is not
+        seen = np.zeros(nv * nv, dtype=bool)
+        seen[key] = True
+        key = np.flatnonzero(seen)
+    else:
+        key = np.unique(key)
     return np.stack(np.divmod(key, nv), axis=1)
 
 

@@ -288,9 +288,10 @@ def check_switch_legs(topo: dict, graph: dict) -> None:
 
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
-        slice_events: int = 2_000_000, raise_on_stuck: bool = True) -> RunResult:
+        slice_events: int = 2_000_000, raise_on_stuck: bool = True, transfers: bool = True) -> RunResult:
     """Execute a task graph on the fabric. faults: (kind name, channel, n, k) tuples (see FAULTS); progress:
-    called after every slice of `slice_events` events with (events, now_ps, fraction of tasks done)."""
+    called after every slice of `slice_events` events with (events, now_ps, fraction of tasks done);
+    transfers=False leaves RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M)."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
     topo_arrays = as_arrays(topo)
@@ -319,7 +320,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                        events=eng.events, wall_s=wall, totals=totals,
                        counters={k: v.copy() for k, v in eng.counters().items()},
                        task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
-                       transfers=eng.transfers(), stuck=eng.stuck_report() if outcome == kernel.STUCK else [])
+                       transfers=eng.transfers() if transfers else {}, stuck=eng.stuck_report() if outcome == kernel.STUCK else [])
     if raise_on_stuck and (outcome == kernel.STUCK or totals["tasks_left"] > 0):
         name = topo.channel_name if hasattr(topo, "channel_name") else (lambda c: f"channel {c}")
         where = "; ".join(f"{name(r['channel'])}: {r['unacked']} unacked, {r['queued']} queued, credits "

@@ -268,6 +268,18 @@ class Fragment:
         return b.build()
 
 
+def _compact(a: np.ndarray) -> np.ndarray:
+    """Task ids as int32 where they fit (they always do for the kernel, whose task ids are int32)."""
+    if a.dtype == np.int64 and len(a) and -(1 << 31) <= int(a.min()) and int(a.max()) < (1 << 31):
+        return a.astype(np.int32)
+    return a
+
+
+def _join(blocks: list) -> np.ndarray:
+    """np.concatenate (a copy even of a single block: the builder may hold a caller's array)."""
+    return np.concatenate(blocks)
+
+
 def _col(value, dtype, m) -> np.ndarray:
     a = np.asarray(value, dtype=dtype)
     return np.full(m, a, dtype=dtype) if a.ndim == 0 else a
@@ -310,8 +322,8 @@ class GraphBuilder:
         """Dependencies pred[i] -> succ[i] (broadcast)."""
         p, s = np.broadcast_arrays(np.asarray(pred, np.int64), np.asarray(succ, np.int64))
         if p.size:
-            self._ep.append(p.ravel())
-            self._es.append(s.ravel())
+            self._ep.append(_compact(p.ravel()))
+            self._es.append(_compact(s.ravel()))
 
     def add_fragment(self, frag: Fragment, ranks, streams=None, label: str = "",
                      nbytes: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
@@ -356,8 +368,8 @@ class GraphBuilder:
             self._sem["src_buf"].append(np.tile(s.src_buf, m))
             self._sem["src_off"].append(np.tile(s.src_off, m))
         if len(frag.edge_src):
-            self._ep.append((frag.edge_src[None, :] + base).ravel())
-            self._es.append((frag.edge_dst[None, :] + base).ravel())
+            self._ep.append(_compact((frag.edge_src[None, :] + base).ravel()))
+            self._es.append(_compact((frag.edge_dst[None, :] + base).ravel()))
         self.n_tasks += m * nt
         labels = [""] * m if labels is None else list(labels)
         nb = int(frag.nbytes if nbytes is None else nbytes)
@@ -368,13 +380,18 @@ class GraphBuilder:
         return frag.start[None, :] + base, frag.done[None, :] + base, np.arange(cid0, cid0 + m)
 
     def build(self, validate: bool = False) -> TaskGraph:
+        """The graph; the builder's blocks are consumed as they are joined (a column or the edges at a time), so
+        the peak is the graph plus its largest column, not two copies of everything."""
         n = self.n_tasks
-        cols = {k: (np.concatenate(v) if v else np.zeros(0, _TASK_COLUMNS[k][0])).astype(_TASK_COLUMNS[k][0],
-                                                                                        copy=False)
-                for k, v in self._cols.items()}
+        cols = {}
+        for k, v in self._cols.items():
+            cols[k] = (_join(v) if v else np.zeros(0, _TASK_COLUMNS[k][0])).astype(_TASK_COLUMNS[k][0], copy=False)
+            v.clear()
         if self._ep:
-            pred = np.concatenate(self._ep)
-            succ = np.concatenate(self._es)
+            pred = _join(self._ep)
+            self._ep.clear()
+            succ = _join(self._es)
+            self._es.clear()
         else:
             pred = succ = np.zeros(0, np.int64)
         if len(pred) and (pred.min() < 0 or pred.max() >= n or succ.min() < 0 or succ.max() >= n):

@@ -10,6 +10,8 @@ Every failure, including a corrupt, truncated or non-HDF5 file, surfaces as fabr
 """
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import io
 import json
@@ -132,6 +134,36 @@ class Trace:
 
     def compute_ns_per_rank(self) -> np.ndarray:
         return np.array([float(t.duration_ns[t.kind == KIND_COMPUTE].sum()) for t in self.ops])
+
+
+def replicate(trace: Trace, copies: int) -> Trace:
+    """`copies` independent data-parallel replicas of `trace` side by side: replica k holds ranks k*R .. k*R+R-1
+    (R = trace.n_ranks) and groups of its own (group ids and peers shifted by k); the replicas never talk to each
+    other, as DP serving replicas of one model do. Identical tables stay shared within each replica, so a 1024-rank
+    step of 16 TP64 replicas costs 16 x the tables of one, not 1024 x. meta["plan"] gains replicas."""
+    copies = int(copies)
+    if copies < 1:
+        raise ValueError(f"replicas={copies}: one or more, please")
+    if copies == 1:
+        return trace
+    R, G = int(trace.n_ranks), len(trace.groups)
+    ops, groups = [], []
+    for k in range(copies):
+        shifted: dict[int, OpTable] = {}
+        for t in trace.ops:
+            if id(t) not in shifted:
+                group = np.where(t.group >= 0, t.group + k * G, t.group).astype(t.group.dtype)
+                peer = np.where(t.peer >= 0, t.peer + k * R, t.peer).astype(t.peer.dtype)
+                shifted[id(t)] = dataclasses.replace(t, group=group, peer=peer) if k else t
+            ops.append(shifted[id(t)])
+        groups += [[int(r) + k * R for r in g] for g in trace.groups]
+    meta = dict(trace.meta)
+    plan = dict(meta.get("plan") or {})
+    plan["replicas"] = copies * int(plan.get("replicas", 1))
+    meta["plan"] = plan
+    if "batch" in meta and meta["batch"]:
+        meta["batch"] = int(meta["batch"]) * copies
+    return Trace(meta=meta, n_ranks=R * copies, groups=groups, ops=ops)
 
 
 # ---------------------------------------------------------------- writing

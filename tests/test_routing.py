@@ -223,3 +223,84 @@ def test_bad_method_names():
         routing.route(t, "magic")
     with pytest.raises(RoutingError, match="needs a mesh"):
         routing.route(build(load_config(preset="scaleout-roce")), "dor")
+
+
+# ---------------------------------------------------------------- compiled dimension order vs its Python definition
+
+def reference_router_candidates(topo, datelines: bool):
+    """The pure-Python loop routing._router_candidates ran before it moved into the kernel extension (manager.pxi):
+    the definition the compiled tables are checked against."""
+    dims, wrap, nodes = topo.mesh_dims, topo.mesh_wrap, topo.mesh_nodes
+    X, Y, Z = dims
+    S = X * Y * Z
+    is_router = np.zeros(topo.n_nodes, dtype=bool)
+    is_router[nodes] = True
+    between = np.nonzero(is_router[topo.ch_src] & is_router[topo.ch_dst])[0]
+    lanes: dict[tuple[int, int], list[int]] = {}
+    for c in between:  # channel ids ascend with lane index, so each list is in lane order
+        lanes.setdefault((int(topo.ch_src[c]), int(topo.ch_dst[c])), []).append(int(c))
+    width = max((len(v) for v in lanes.values()), default=1)
+
+    cnt = np.zeros(S * S, dtype=np.int64)
+    start = np.zeros(S * S, dtype=np.int64)
+    cand_ptr, cand_ch, cand_vcl = [0], [], []
+    for a in range(S):
+        ca = (a % X, (a // X) % Y, a // (X * Y))
+        for b in range(S):
+            cb = (b % X, (b // X) % Y, b // (X * Y))
+            # per dimension: list of (step, n_steps) alternatives
+            options = []
+            for dim in range(3):
+                k, delta = dims[dim], cb[dim] - ca[dim]
+                if delta == 0:
+                    options.append([(0, 0)])
+                elif not wrap[dim]:
+                    options.append([(1 if delta > 0 else -1, abs(delta))])
+                else:
+                    fwd = delta % k
+                    back = k - fwd
+                    alt = []
+                    if fwd <= back:
+                        alt.append((1, fwd))
+                    if back <= fwd:
+                        alt.append((-1, back))
+                    options.append(alt)
+            start[a * S + b] = len(cand_ptr) - 1
+            n = 0
+            for lane in range(width if a != b else 1):
+                for ox in options[0]:
+                    for oy in options[1]:
+                        for oz in options[2]:
+                            c = list(ca)
+                            for dim, (step, steps) in enumerate((ox, oy, oz)):
+                                level = 0
+                                for _ in range(steps):
+                                    u = nodes[c[0] + X * (c[1] + Y * c[2])]
+                                    nxt = (c[dim] + step) % dims[dim]
+                                    if wrap[dim] and datelines and abs(nxt - c[dim]) != 1:
+                                        level = 1        # the wrap-around channel is the dateline
+                                    c[dim] = nxt
+                                    v = nodes[c[0] + X * (c[1] + Y * c[2])]
+                                    chs = lanes[(int(u), int(v))]
+                                    cand_ch.append(chs[lane % len(chs)])
+                                    cand_vcl.append(level)
+                            cand_ptr.append(len(cand_ch))
+                            n += 1
+            cnt[a * S + b] = n
+    return (cnt, start, np.array(cand_ptr, dtype=np.int64), np.array(cand_ch, dtype=np.int32),
+            np.array(cand_vcl, dtype=np.int8))
+
+
+@pytest.mark.parametrize("preset,dims", [("mesh-4x4x4", "3x4x2"), ("torus-4x4x4", None), ("torus-4x4x4", "3x4x2"),
+                                         ("torus-4x4x4", "2x5x1"), ("sd200", None), ("sd200-128", None)])
+@pytest.mark.parametrize("datelines", [True, False])
+def test_compiled_router_candidates_match_the_python_definition(preset, dims, datelines):
+    """manager.pxi's loop over router pairs gives the tables of the Python loop it replaced, ties and datelines
+    included."""
+    cfg = load_config(preset=preset, overrides={"topology.mesh_dims": dims} if dims else None)
+    from fabric.topology import BUILDERS
+    topo = BUILDERS[cfg.topology.kind](cfg)
+    got = routing._router_candidates(topo, datelines)
+    want = reference_router_candidates(topo, datelines)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and np.array_equal(g, w)

@@ -249,3 +249,22 @@ def test_cli_bad_files_exit_2_one_line(tmp_path):
         assert res.exit_code == 2
         assert res.output.startswith("error: ") and res.output.count("\n") == 1
         assert "Traceback" not in res.output
+
+
+def test_replicate_places_independent_copies_side_by_side():
+    """replicate: k copies of a trace on consecutive rank blocks, groups and peers shifted, tables shared within a
+    replica; lowering gives k times the tasks of one."""
+    from pathlib import Path
+
+    from fabric.lower import lower
+    from fabric.trace import read, replicate
+    tr = read(str(Path(__file__).resolve().parent.parent / "traces" / "toy-mla-tp8.h5"))
+    r = replicate(tr, 3)
+    assert r.n_ranks == 3 * tr.n_ranks and len(r.groups) == 3 * len(tr.groups)
+    assert r.groups[len(tr.groups)] == [x + tr.n_ranks for x in tr.groups[0]]
+    assert r.meta["plan"]["replicas"] == 3
+    t1 = r.ops[tr.n_ranks]
+    assert (t1.group[t1.group >= 0] >= len(tr.groups)).all()
+    assert len({id(t) for t in r.ops}) == 3 * len({id(t) for t in tr.ops})
+    assert lower(r).n_tasks == 3 * lower(tr).n_tasks
+    assert replicate(tr, 1) is tr

@@ -45,8 +45,9 @@ def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, 
             context: int = 4096, chip: str = "sd200-accelerator", engine: str = "analytic",
             weight_dtype: str = "bf16", dispatch_dtype: str = "fp8", seed: int = 0,
             allow_oversubscribe: bool = True, cost_model: str | None = None, launch: str | None = None,
-            runtime: str = "fused"):
-    """One decode step as a Trace.
+            runtime: str = "fused", replicas: int = 1):
+    """One decode step as a Trace (`replicas` > 1: that many independent data-parallel copies of the (tp, ep)
+    deployment side by side, each with `batch` sequences; fabric.trace.replicate).
 
     allow_oversubscribe  False: raise ConfigError when a rank's weights + KV cache + activations + workspace +
                          runtime reserve exceed the chip's memory (fabric.capture.memory). The library default
@@ -82,4 +83,8 @@ def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, 
         graph = logical_graph(spec, cfg, context, engine, seed=seed, batch=batch)
     meta = dict(schema_version=1, model=name, model_config=cfg, tool=f"fabric-capture/{engine}",
                 tool_version=fabric.__version__)
-    return lower(graph, spec, plan, prof, meta)
+    tr = lower(graph, spec, plan, prof, meta)
+    if replicas != 1:       # DP replicas of the whole (tp, ep) deployment: fabric.trace.replicate
+        from fabric.trace import replicate
+        tr = replicate(tr, replicas)
+    return tr

@@ -15,11 +15,14 @@ from fabric.cli.common import Command, check_writable, friendly, json_option, wr
 @click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True, metavar="N",
               help="run each case N times (fresh processes) and report the fastest: other jobs on a shared "
                    "machine only add time")
+@click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True, metavar="N",
+              help="cases run at once, each in its own process; counts are the same whatever N, but cases that "
+                   "share cores slow each other, so timings are only clean with 1")
 @friendly
-def main(quick, cases, json_path, repeat):
+def main(quick, cases, json_path, repeat, jobs):
     check_writable(json_path)
     from fabric.tools.bench import render, run_suite
-    rows = run_suite(quick=quick, cases=list(cases) or None, repeat=repeat,
+    rows = run_suite(quick=quick, cases=list(cases) or None, repeat=repeat, jobs=jobs,
                      progress=lambda c: click.echo(f"running {c} ...", err=True))
     click.echo(render(rows, repeat))
     write_json(json_path, rows)

@@ -38,10 +38,13 @@ from fabric.cli.common import Command, check_writable, friendly
               help="shape model: how kernels are launched (default: the chip profile's mode; eager for --runtime "
                    "eager)")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="seed of the routing oracle")
+@click.option("--replicas", type=click.IntRange(1, 4096), default=1, show_default=True,
+              help="independent data-parallel copies of the whole tp x ep deployment, side by side (each decodes "
+                   "--batch sequences): 16 replicas of --tp 64 fill 1024 accelerators")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="trace file to write")
 @friendly
 def main(model, hf_config, tp, ep, batch, context, chip, engine, weight_dtype, allow_oversubscribe, dispatch_dtype,
-         runtime, cost_model, launch, seed, output):
+         runtime, cost_model, launch, seed, replicas, output):
     check_writable(output, "-o")
     from fabric import trace as T
     from fabric.capture import capture
@@ -49,7 +52,7 @@ def main(model, hf_config, tp, ep, batch, context, chip, engine, weight_dtype, a
     tr = capture(model, hf_config, tp=tp, ep=ep, batch=batch, context=context, chip=chip, engine=engine,
                  weight_dtype=weight_dtype, dispatch_dtype=dispatch_dtype, seed=seed,
                  allow_oversubscribe=allow_oversubscribe, runtime=runtime, cost_model=cost_model,
-                 launch=launch)
+                 launch=launch, replicas=replicas)
     T.write(output, tr)
     s = T.summary(tr)
     colls = ", ".join(f"{min(c['count_per_rank'])}-{max(c['count_per_rank'])} x {c['kind']} {c['bytes']:,} B"

@@ -35,11 +35,14 @@ TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64
 @click.option("--algorithm", default=None, help="force an algorithm [default: the configured library's choice]")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @click.option("--ranks", type=int, default=None, help="group size: ranks 0..N-1 [default: every accelerator]")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
+              help="processes that run the sweep's sizes  [default: the cores available; 1: serial; the rows are "
+                   "identical]")
 @engine_option()
 @config_options()
 @json_option("write the rows as JSON")
 @friendly
-def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, quiet, ranks, engine, preset,
+def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, quiet, ranks, jobs, engine, preset,
                    config_file, sets, seed, json_path):
     """Time one collective (all ranks start at t = 0; time = until the last rank's output is ready).
 
@@ -50,20 +53,15 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
     check_writable(json_path)
     from fabric.errors import ConfigError
     from fabric.tools import nccl_tests
-    from fabric.tools.collective_probe import compare, compare_table, probe_collective, probe_sizes, table
-    from fabric.network import build as build_network
+    from fabric.tools.collective_probe import compare, compare_table, probe_sizes, sweep, table
 
     measured = nccl_tests.read(compare_path) if compare_path else None
     if measured is not None and measured.op and measured.op != op:
         raise ConfigError(f"--compare file {compare_path} is a {measured.op} table but --op is {op}")
     byte_sizes = probe_sizes(nbytes, min_bytes, max_bytes, measured)
     cfg = load(preset, config_file, sets, seed)
-    topo = build_network(cfg)
-    rows = []
     with count_bar(len(byte_sizes), "sizes", not quiet, tick=True) as step:
-        for b in byte_sizes:
-            rows.append(probe_collective(cfg, op, b, topo=topo, algorithm=algorithm, ranks=ranks, engine=engine))
-            step()
+        rows = sweep(cfg, op, byte_sizes, jobs=jobs, progress=step, algorithm=algorithm, ranks=ranks, engine=engine)
     library = getattr(cfg.collectives, "library", None) or cfg.collectives.policy
     click.echo(f"{op} on {preset}, {rows[0]['ranks']} ranks, {engine} engine, library {library}")
     click.echo(table(rows, dtype))

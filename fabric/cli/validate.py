@@ -24,17 +24,20 @@ from fabric.cli.common import ENGINES, Command, check_writable, count_bar, frien
 @click.option("--serving/--no-serving", default=True, show_default=True,
               help="also run the serving experiments (16 vs 64 cards, TPOT over 1024 tokens, batch 1..64; "
                    "analytic engine, ~15 s)")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
+              help="processes that run the independent experiments  [default: the cores available; 1: serial; the "
+                   "results are identical]")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @friendly
-def main(json_path, sweep_engine, calibration_engine, sensitivity, serving, quiet):
+def main(json_path, sweep_engine, calibration_engine, sensitivity, serving, jobs, quiet):
     check_writable(json_path)
     from fabric.tools import validate as V
     t0 = time.perf_counter()
     with count_bar(2 if sensitivity else 1, "stages", not quiet, tick=True) as step:
         step(0, "figures and calibration tables")
-        r = V.validate(sweep_engine, calibration_engine, serving=serving)
+        r = V.validate(sweep_engine, calibration_engine, serving=serving, jobs=jobs)
         step(1, "sensitivity" if sensitivity else "")
-        sens = V.sensitivity("packet") if sensitivity else None
+        sens = V.sensitivity("packet", jobs=jobs) if sensitivity else None
     click.echo(V.format_rows(r["rows"]))
     click.echo("")
     click.echo(f"calibration tables (fabric/data/calibration/, docs/calibration.md): nccl-like library on the "

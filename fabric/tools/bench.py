@@ -12,6 +12,10 @@ Cases (see docs/performance.md for figures):
 - `ring-16MB-64`: one 16 MB ring AllReduce over the 64 ranks of sd200.
 - `allreduce-1G-dgx-h100`: a 1 GiB AllReduce on the 8 GPUs of dgx-h100 as its nccl-like library runs it (the
   tuner's algorithm, protocol and channels): the size a user sweeps to in nccl-tests.
+- `replay-sd200`, `replay-1024-analytic`: `fabric-replay` end to end in the child, each stage timed (read or
+  capture, topology, lower, engine construction, run, report; printed under the table, `stages` in the JSON): the
+  shipped step on the packet engine, and its 16 DP replicas on sd200-1024 (workload deepseek-r1-dp16-tp64) on the
+  analytic engine, so that time and memory outside the kernel show.
 - `oneshot-N` (N = 128 .. 1024, presets sd200-N): the same one-shot traffic with 256 B packets; above 64 ranks
   the message shrinks as 64/N so that the total stays tractable (packets then grow linearly in N, not N^2), and
   the case name says the message size. The scaling exponent is fitted on wall time vs packets.
@@ -48,12 +52,60 @@ def oneshot_name(n: int) -> str:
 
 FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "ring-16MB-64",
         "allreduce-1G-dgx-h100"] + \
-       [oneshot_name(n) for n in (128, 256, 512, 1024)]
+       [oneshot_name(n) for n in (128, 256, 512, 1024)] + ["replay-sd200", "replay-1024-analytic"]
 QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
+
+
+def _replay_stages(case: str):
+    """replay-sd200[-analytic] (the shipped DeepSeek-R1 step) or replay-1024[-analytic] (its 16 DP replicas on
+    sd200-1024, workload deepseek-r1-dp16-tp64) end to end, each stage timed: read (or capture), topology (build and
+    route), lower, engine (Engine() construction), run, report (critical path and summaries). Returns the
+    RunResult with .stages = {stage: seconds}."""
+    from fabric import sim
+    from fabric import trace as tracemod
+    from fabric._check_build import kernel
+    from fabric.config import load_config
+    from fabric.lower import lower
+    from fabric.network import build
+    from fabric.report import collective_summary, link_summary, step_summary
+    engine = "analytic" if case.endswith("-analytic") else "packet"
+    big = case.startswith("replay-1024")
+    st, t = {}, time.perf_counter()
+    if big:
+        from fabric.capture.workloads import capture_workload
+        tr = capture_workload("deepseek-r1-dp16-tp64")
+    else:
+        tr = tracemod.read(str(tracemod.default_trace_path()))
+    st["read"], t = time.perf_counter() - t, time.perf_counter()
+    cfg = load_config(preset="sd200-1024" if big else "sd200")
+    topo = build(cfg)
+    st["topology"], t = time.perf_counter() - t, time.perf_counter()
+    graph = lower(tr, cfg)
+    del tr
+    st["lower"], t = time.perf_counter() - t, time.perf_counter()
+    eng = kernel.Engine(sim.kernel_params(cfg, topo), sim.as_arrays(topo), sim.as_arrays(graph),
+                        engine == "analytic")
+    st["engine"], t = time.perf_counter() - t, time.perf_counter()
+    while eng.run(max_events=2_000_000) == kernel.PAUSED:
+        pass
+    st["run"], t = time.perf_counter() - t, time.perf_counter()
+    start, end = eng.task_times()
+    counters = {k: v.copy() for k, v in eng.counters().items()}
+    res = sim.RunResult(engine=engine, outcome="done", now_ps=eng.now_ps, events=eng.events, wall_s=st["run"],
+                        totals=eng.totals(), counters=counters, task_start_ps=start, task_end_ps=end,
+                        link_state={}, transfers={})
+    step = step_summary(graph, start, end)
+    collective_summary(graph, start, end)
+    link_summary(topo, res, step["step_ps"])
+    st["report"] = time.perf_counter() - t
+    res.stages = st
+    return res
 
 
 def _run_case(case: str):
     """Build and run one case in this process; returns the sim.RunResult."""
+    if case.startswith("replay-"):
+        return _replay_stages(case)
     from fabric import sim
     from fabric.config import load_config
     from fabric.network import build
@@ -96,7 +148,8 @@ def child(case: str) -> None:
     """Entry point of the per-case subprocess: run, print one JSON line with the counts."""
     res = _run_case(case)
     print(json.dumps(dict(packets=int(res.totals["carved"]), packet_hops=int(res.counters["packets"].sum()),
-                          events=int(res.events), wall_s=float(res.wall_s), outcome=res.outcome)))
+                          events=int(res.events), wall_s=float(res.wall_s), outcome=res.outcome,
+                          stages=getattr(res, "stages", None))))
 
 
 def run_case(case: str) -> dict:
@@ -113,7 +166,7 @@ def run_case(case: str) -> dict:
     rss_kb = ru.ru_maxrss if sys.platform != "darwin" else ru.ru_maxrss / 1024
     return dict(case=case, packets=r["packets"], packet_hops=r["packet_hops"], events=r["events"],
                 wall_s=r["wall_s"], events_per_s=r["events"] / wall, packet_hops_per_s=r["packet_hops"] / wall,
-                peak_rss_mb=rss_kb / 1024.0)
+                peak_rss_mb=rss_kb / 1024.0, **({"stages": r["stages"]} if r.get("stages") else {}))
 
 
 def scaling_exponent(rows: list[dict], per: str = "packets", of: str = "wall_s") -> float | None:
@@ -130,7 +183,8 @@ def scaling_exponent(rows: list[dict], per: str = "packets", of: str = "wall_s")
 
 
 _PATTERNS = (r"link(-quick)?", r"oneshot-(?P<n>[0-9]+)(-[0-9]+B)?", r"decode-(?P<preset>[a-z0-9-]+)-(packet|analytic)",
-             r"ring-[1-9][0-9]*MB-64", r"allreduce-[1-9][0-9]*G-(?P<preset2>[a-z0-9-]+)")
+             r"ring-[1-9][0-9]*MB-64", r"allreduce-[1-9][0-9]*G-(?P<preset2>[a-z0-9-]+)",
+             r"replay-(sd200|1024)(-analytic)?")
 
 
 def check_cases(cases) -> None:
@@ -161,16 +215,27 @@ def check_cases(cases) -> None:
             raise ConfigError(f"unknown bench case {case!r}{hint} (cases: {', '.join(known)})")
 
 
-def run_suite(quick: bool = False, cases=None, progress=None, repeat: int = 1) -> list[dict]:
+def run_suite(quick: bool = False, cases=None, progress=None, repeat: int = 1, jobs: int = 1) -> list[dict]:
     """One row per case. With repeat > 1 each case runs that many times (each in a fresh process) and its row is
     the fastest run: on a shared machine other tenants only ever add time (the usual best-of-N of timeit). The
-    runs must agree on every count, as the kernel is deterministic; peak RSS is the largest seen."""
+    runs must agree on every count, as the kernel is deterministic; peak RSS is the largest seen. `jobs` child
+    processes run at once (default 1: cases that share cores time each other, so only counts stay exact); rows
+    come back in case order whatever it is."""
+    from concurrent.futures import ThreadPoolExecutor
+
     check_cases(cases)
-    rows = []
-    for case in cases or (QUICK if quick else FULL):
+    names = list(cases or (QUICK if quick else FULL))
+    jobs = max(int(jobs or 1), 1)
+
+    def one(case):
         if progress:
             progress(case)
-        runs = [run_case(case) for _ in range(repeat)]
+        return [run_case(case) for _ in range(repeat)]
+
+    with ThreadPoolExecutor(max_workers=max(min(jobs, len(names)), 1)) as ex:   # each case is a child process
+        all_runs = list(ex.map(one, names))
+    rows = []
+    for case, runs in zip(names, all_runs):
         counts = {(r["packets"], r["packet_hops"], r["events"]) for r in runs}
         if len(counts) != 1:
             raise RuntimeError(f"bench case {case}: repeated runs disagree on packets/hops/events: {sorted(counts)}")
@@ -188,6 +253,11 @@ def render(rows: list[dict], repeat: int = 1) -> str:
         lines.append(f"{r['case']:24s} {r['packets']:10d} {r['packet_hops']:12d} {r['events']:11d} "
                      f"{r['wall_s']:8.3f} {_si(r['events_per_s']):>10s} {_si(r['packet_hops_per_s']):>10s} "
                      f"{r['peak_rss_mb']:11.0f}")
+    for r in rows:
+        if r.get("stages"):
+            st = r["stages"]
+            lines.append(f"{r['case']}: end to end {sum(st.values()):.2f} s in the child = "
+                         + " + ".join(f"{k} {v:.2f}" for k, v in st.items()) + " (wall s above: run)")
     if repeat > 1:
         lines.append(f"wall s: the fastest of {repeat} runs of each case")
     k = scaling_exponent(rows)

@@ -95,9 +95,31 @@ def probe_collective(cfg: FabricConfig, op: str, nbytes: int, *, algorithm: str 
                 events=int(res.events), wall_s=res.wall_s)
 
 
-def sweep(cfg: FabricConfig, op: str, byte_sizes, **kw) -> list[dict]:
-    topo = build_network(cfg)
-    return [probe_collective(cfg, op, b, topo=topo, **kw) for b in byte_sizes]
+_SWEEP_TOPO: dict = {}      # the running sweep's topology: forked workers inherit it instead of rebuilding it
+
+
+def _sweep_point(cfg: FabricConfig, op: str, nbytes: int, kw: dict) -> dict:
+    topo = _SWEEP_TOPO.get("topo")
+    return probe_collective(cfg, op, nbytes, topo=topo if topo is not None else build_network(cfg), **kw)
+
+
+def sweep(cfg: FabricConfig, op: str, byte_sizes, jobs: int | None = None, progress=None, **kw) -> list[dict]:
+    """probe_collective at each size; the sizes are independent, so `jobs` processes run them (default: the cores
+    available; 1: serial), largest first, rows in the order of byte_sizes, identical to a serial sweep.
+    `progress()` is called once per finished size."""
+    from fabric.tools import pool
+    _SWEEP_TOPO.clear()
+    _SWEEP_TOPO["topo"] = build_network(cfg)
+    try:
+        sizes_ = list(byte_sizes)
+        order = sorted(range(len(sizes_)), key=lambda i: -sizes_[i])
+        got = pool.pmap(_sweep_point, [(cfg, op, sizes_[i], kw) for i in order], jobs, progress)
+        rows = [None] * len(sizes_)
+        for i, r in zip(order, got):
+            rows[i] = r
+        return rows
+    finally:
+        _SWEEP_TOPO.clear()
 
 
 def count(op: str, nbytes: int, n: int, dtype: str = "float") -> int:

@@ -37,7 +37,7 @@ from fabric.report import step_summary
 from fabric.tools.collective_probe import probe_collective, sizes
 from fabric.tools.latency_probe import probe_latency
 from fabric.tools.link_probe import probe_link
-from fabric.tools import nccl_tests
+from fabric.tools import nccl_tests, pool
 
 # The unoptimised (generic) library: the nccl-like profile, fitted on the calibration tables (docs/calibration.md).
 UNOPT = {"collectives.library": "nccl-like"}
@@ -71,7 +71,7 @@ PUBLISHED = {
 def replay_trace(tr, cfg: FabricConfig, engine: str = "packet") -> dict:
     """TPOT and the compute / exposed-communication split of one decode step (as fabric.replay, from a Trace)."""
     graph = lower(tr, cfg)
-    res = sim.run(cfg, build(cfg), graph, engine=engine)
+    res = sim.run(cfg, build(cfg), graph, engine=engine, transfers=False)
     s = step_summary(graph, res.task_start_ps, res.task_end_ps)
     return dict(tpot_us=s["step_us"], compute_us=s["compute_us"], comm_us=s["exposed_comm_us"],
                 comm_fraction=s["comm_fraction"], wall_s=res.wall_s)
@@ -111,18 +111,28 @@ def allreduce_us(cfg: FabricConfig, nbytes: int, engine: str = "packet", topo=No
     return r["time_us"], alg
 
 
-def allreduce_sweep(engine: str = "packet") -> list[dict]:
-    """AllReduce 16 KB .. 16 MB (doubling) on: optimised sd200, sd200 with the unoptimised (nccl-like) library,
-    scale-out with the nccl-like library, and (information) sd200 with nccl-like forced to halving-doubling."""
-    cfgs = {"opt": load_config("sd200"), "unopt": load_config("sd200", overrides=UNOPT),
+def _sweep_configs() -> dict:
+    return {"opt": load_config("sd200"), "unopt": load_config("sd200", overrides=UNOPT),
             "unopt_hd": load_config("sd200", overrides=UNOPT_HD),
             "roce": load_config(SCALEOUT_PRESET, overrides=UNOPT)}
-    topos = {k: build(c) for k, c in cfgs.items()}
+
+
+def _sweep_point(key: str, nbytes: int, engine: str) -> tuple[float, str]:
+    return allreduce_us(_sweep_configs()[key], nbytes, engine)
+
+
+def allreduce_sweep(engine: str = "packet", jobs: int | None = None) -> list[dict]:
+    """AllReduce 16 KB .. 16 MB (doubling) on: optimised sd200, sd200 with the unoptimised (nccl-like) library,
+    scale-out with the nccl-like library, and (information) sd200 with nccl-like forced to halving-doubling.
+    The points are independent: `jobs` processes run them (fabric.tools.pool; 1: serial, the same numbers)."""
+    keys = list(_sweep_configs())
+    points = [(k, b, engine) for b in sizes(*SWEEP) for k in keys]
+    got = dict(zip([(k, b) for k, b, _ in points], pool.pmap(_sweep_point, points[::-1], jobs)[::-1]))
     rows = []
     for b in sizes(*SWEEP):
         row = dict(bytes=b)
-        for k, c in cfgs.items():
-            row[f"{k}_us"], row[f"{k}_algorithm"] = allreduce_us(c, b, engine, topos[k])
+        for k in keys:
+            row[f"{k}_us"], row[f"{k}_algorithm"] = got[(k, b)]
         rows.append(row)
     return rows
 
@@ -156,14 +166,40 @@ def _verdict(key: str, name: str, emulated: float, engine: str, note: str = "") 
                 within_tolerance=bool(ok), engine=engine, note=note)
 
 
+def _experiment(what: str, *args):
+    """One independent experiment of `validate`, by name (a module-level function: it runs in a pool worker)."""
+    if what == "replay":
+        return replay_trace(shipped_trace(), load_config("sd200"), "packet")
+    if what == "link":
+        return link_efficiency(load_config("link"))
+    if what == "latency":
+        return latency_ns(load_config("sd200"))
+    if what == "ar14":
+        cfg = {"opt": load_config("sd200"), "unopt": load_config("sd200", overrides=UNOPT),
+               "unopt_hd": load_config("sd200", overrides=UNOPT_HD)}[args[0]]
+        return allreduce_us(cfg, AR_BYTES, "packet")
+    if what == "sweep":
+        return _sweep_point(*args)
+    if what == "calibration":
+        return calibration_row(CALIBRATION[args[0]], args[1])
+    raise ValueError(what)
+
+
 def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic", calibration: bool = True,
-             serving: bool = True) -> dict:
+             serving: bool = True, jobs: int | None = None) -> dict:
     """Run every experiment; returns rows (the figure table), calibration (one row per calibration table), the
-    sweep, the serving experiments (fabric.tools.serving) and the raw measurements."""
+    sweep, the serving experiments (fabric.tools.serving) and the raw measurements. The figure and calibration
+    experiments run in `jobs` processes (default: every core; 1: serial), with identical results."""
     t0 = time.perf_counter()
     sd = load_config("sd200")
-    tr = shipped_trace()
-    rep = replay_trace(tr, sd, "packet")
+    # every experiment is independent: one pool runs them all, the longest first (fabric.tools.pool)
+    keys = list(_sweep_configs())
+    sweep_pts = [("sweep", k, b, sweep_engine) for b in sizes(*SWEEP)[::-1] for k in keys]
+    cal_jobs = [("calibration", i, calibration_engine) for i in range(len(CALIBRATION))] if calibration else []
+    jobs_list = [("replay",), ("link",)] + sweep_pts[:len(keys)] + cal_jobs + sweep_pts[len(keys):] + \
+        [("ar14", "opt"), ("ar14", "unopt"), ("ar14", "unopt_hd"), ("latency",)]
+    out = dict(zip(jobs_list, pool.pmap(_experiment, jobs_list, jobs)))
+    rep = out[("replay",)]
     rows = [
         _verdict("tpot", "1. TPOT, DeepSeek-R1 TP64 batch 1 ctx 4096 (sd200)", rep["tpot_us"] / 1e3, "packet",
                  f"compute {rep['compute_us']:.0f} us + exposed comm {rep['comm_us']:.0f} us on the critical path; "
@@ -171,14 +207,18 @@ def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic",
         _verdict("comm_share", "2. communication share of the step", 100 * rep["comm_fraction"], "packet",
                  "exposed communication on the critical path / step"),
     ]
-    topo = build(sd)
-    opt14, a_opt = allreduce_us(sd, AR_BYTES, "packet", topo)
-    un14, a_un = allreduce_us(load_config("sd200", overrides=UNOPT), AR_BYTES, "packet", topo)
-    hd14, _ = allreduce_us(load_config("sd200", overrides=UNOPT_HD), AR_BYTES, "packet", topo)
+    opt14, a_opt = out[("ar14", "opt")]
+    un14, a_un = out[("ar14", "unopt")]
+    hd14, _ = out[("ar14", "unopt_hd")]
     rows.append(_verdict("ar14k_speedup", "3. AllReduce 14,336 B x64: sd200 library vs unoptimised", un14 / opt14,
                          "packet", f"{a_opt} {opt14:.2f} us vs nccl-like {a_un} {un14:.1f} us; nccl-like forced "
                                    f"to halving-doubling {hd14:.1f} us = {hd14 / opt14:.1f}x"))
-    sw = allreduce_sweep(sweep_engine)
+    sw = []
+    for b in sizes(*SWEEP):
+        row = dict(bytes=b)
+        for k in keys:
+            row[f"{k}_us"], row[f"{k}_algorithm"] = out[("sweep", k, b, sweep_engine)]
+        sw.append(row)
     r_un = np.array([r["unopt_us"] / r["opt_us"] for r in sw])
     r_ro = np.array([r["roce_us"] / r["opt_us"] for r in sw])
     rng = f"range {r_un.min():.2f}x..{r_un.max():.2f}x over 16 KB..16 MB"
@@ -191,16 +231,16 @@ def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic",
                          r_ro.max(), sweep_engine, rng))
     rows.append(_verdict("sd200_vs_roce_min", "5b. AllReduce 16K-16M: sd200 vs scaleout-roce, smallest ratio",
                          r_ro.min(), sweep_engine, rng))
-    lat = latency_ns(sd)
+    lat = out[("latency",)]
     rows.append(_verdict("latency", "6. 64 B store latency acc0->acc63 (sd200, longest path)",
                          lat["latency_ns"] / 1e3, "packet", " -> ".join(lat["path"]) + f", {lat['hops']} hops"))
-    lk = link_efficiency(load_config("link"))
+    lk = out[("link",)]
     rows.append(_verdict("payload_eff", "7. payload efficiency, saturated link, BER 1e-12",
                          100 * lk["payload_efficiency"], "packet",
                          f"retransmission overhead {100 * lk['retransmission_overhead']:.4f}% "
                          f"({lk['units_sent'] - lk['packets_sent']} units resent of {lk['packets_sent']})"))
     srv = serving_rows(rows) if serving else None
-    cal = calibration_rows(calibration_engine) if calibration else []
+    cal = [out[j] for j in cal_jobs]
     return dict(rows=rows, calibration=cal, sweep=sw, serving=srv, replay=rep, latency=lat, link=lk,
                 allreduce_14k=dict(opt_us=opt14, unopt_us=un14, unopt_hd_us=hd14),
                 wall_s=time.perf_counter() - t0)
@@ -338,8 +378,8 @@ def calibration_row(t: CalTable, engine: str = "analytic") -> dict:
                 note=t.note, detail=detail)
 
 
-def calibration_rows(engine: str = "analytic", tables=CALIBRATION) -> list[dict]:
-    return [calibration_row(t, engine) for t in tables]
+def calibration_rows(engine: str = "analytic", tables=CALIBRATION, jobs: int | None = None) -> list[dict]:
+    return pool.pmap(calibration_row, [(t, engine) for t in tables], jobs)
 
 
 def format_calibration(rows: list[dict]) -> str:
@@ -371,16 +411,25 @@ _AUTO = {"link.credit_flits": "credit_flits", "link.replay_buffer_flits": "repla
          "endpoint.e2e_window_bytes": "e2e_window_B"}
 
 
-def sensitivity(engine: str = "packet", factors=(0.5, 1.5)) -> list[dict]:
-    """TPOT and the 14,336 B AllReduce at each parameter x 0.5 and x 1.5 (the rest at defaults)."""
+def _sensitivity_point(key: str | None, v, engine: str) -> tuple[float, float | None]:
+    """TPOT and (unless the chip's kernel cost is varied) the 14,336 B AllReduce with key = v (None: defaults)."""
+    sd = load_config("sd200")
+    if key is None:
+        return replay_trace(shipped_trace(), sd, engine)["tpot_us"], allreduce_us(sd, AR_BYTES, "packet")[0]
+    if key == "chip.fixed_kernel_ns":
+        return replay_trace(recapture(v), sd, engine)["tpot_us"], None   # fragments do not use the chip profile
+    cfg = load_config("sd200", overrides={key: v})
+    return replay_trace(shipped_trace(), cfg, engine)["tpot_us"], allreduce_us(cfg, AR_BYTES, "packet")[0]
+
+
+def sensitivity(engine: str = "packet", factors=(0.5, 1.5), jobs: int | None = None) -> list[dict]:
+    """TPOT and the 14,336 B AllReduce at each parameter x 0.5 and x 1.5 (the rest at defaults); the points run in
+    `jobs` processes (default: every core; 1: serial), with identical results."""
     from fabric.capture import load_chip
     sd = load_config("sd200")
-    tr0 = shipped_trace()
-    base_tpot = replay_trace(tr0, sd, engine)["tpot_us"]
-    base_ar, _ = allreduce_us(sd, AR_BYTES, "packet")
-    out = []
+    rows, points = [], [(None, None, engine)]
     for label, key in SENSITIVITY:
-        row = dict(parameter=label, key=key, base_tpot_us=base_tpot, base_ar_us=base_ar)
+        row = dict(parameter=label, key=key)
         if key == "chip.fixed_kernel_ns":
             base = load_chip("sd200-accelerator").fixed_kernel_ns
         else:
@@ -393,15 +442,19 @@ def sensitivity(engine: str = "packet", factors=(0.5, 1.5)) -> list[dict]:
             v = base * fac
             if isinstance(base, int):
                 v = int(round(v))
+            points.append((key, v, engine))
+        rows.append(row)
+    got = pool.pmap(_sensitivity_point, points, jobs)
+    base_tpot, base_ar = got[0]
+    out, i = [], 1
+    for row in rows:
+        row = dict(parameter=row["parameter"], key=row["key"], base_tpot_us=base_tpot, base_ar_us=base_ar,
+                   base=row["base"])
+        for fac in factors:
             tag = f"{'-' if fac < 1 else '+'}{abs(round(100 * (fac - 1)))}%"
-            if key == "chip.fixed_kernel_ns":
-                tp = replay_trace(recapture(v), sd, engine)["tpot_us"]
-                ar = base_ar      # the collective's fragments do not use the chip profile
-            else:
-                cfg = load_config("sd200", overrides={key: v})
-                tp = replay_trace(tr0, cfg, engine)["tpot_us"]
-                ar, _ = allreduce_us(cfg, AR_BYTES, "packet")
-            row[tag] = dict(value=v, tpot_us=tp, ar_us=ar)
+            tp, ar = got[i]
+            row[tag] = dict(value=points[i][1], tpot_us=tp, ar_us=base_ar if ar is None else ar)
+            i += 1
         out.append(row)
     return out
 

@@ -37,6 +37,8 @@ include "endpoint.pxi"   # transaction layer: packet pool, carving, tags, end-to
 include "executor.pxi"   # task graph, analytic engine
 include "loop.pxi"       # the event loop (c_run) and its look-ahead prefetches
 include "setup.pxi"      # Engine's set-up steps: dicts of numpy arrays -> SimC
+include "manager.pxi"    # fabric manager's route tables (dimension order), for fabric/routing.py
+include "report.pxi"     # the critical path of a finished run, for fabric/report.py
 
 
 # ================================================================== Python-facing owner of the state

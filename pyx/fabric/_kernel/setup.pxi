@@ -12,6 +12,15 @@ cdef void* keep_array(dict keep, str name, object values, object dtype) except N
     keep[name] = a
     return cnp.PyArray_DATA(a)
 
+cdef void* keep_view(dict keep, str name, object values, object dtype) except NULL:
+    """values as a contiguous array of dtype, kept alive under name: the caller's own buffer when it already is one
+    (no copy), for arrays the kernel only reads (task columns, route offsets); its buffer, for C."""
+    a = np.ascontiguousarray(values, dtype=dtype)
+    if a.size == 0:
+        a = np.zeros(1, dtype=dtype)
+    keep[name] = a
+    return cnp.PyArray_DATA(a)
+
 cdef void* keep_full(dict keep, str name, Py_ssize_t n, object dtype, object fill=0) except NULL:
     """n elements (one at least) set to fill, kept alive under name; its buffer, for C."""
     a = np.full(max(int(n), 1), fill, dtype=dtype)
@@ -133,8 +142,8 @@ cdef int setup_nodes(SimC* s, dict keep, dict topo) except -1:
 
 cdef int setup_routes(SimC* s, dict keep, dict topo) except -1:
     """Candidate paths per rank pair, route entries (channel << vcl_bits | VC level) and the route graph."""
-    s.pair_ptr = <int64_t*>keep_array(keep, "pair_ptr", topo["pair_ptr"], np.int64)
-    s.path_ptr = <int64_t*>keep_array(keep, "path_ptr", topo["path_ptr"], np.int64)
+    s.pair_ptr = <int64_t*>keep_view(keep, "pair_ptr", topo["pair_ptr"], np.int64)
+    s.path_ptr = <int64_t*>keep_view(keep, "path_ptr", topo["path_ptr"], np.int64)
     pp = np.asarray(topo["path_ptr"], np.int64)
     if pp.size and (int(pp[pp.size - 1]) >= (1 << 31) - 1 or int(np.diff(pp).max(initial=0)) >= (1 << 15)):
         raise ValueError("routes too large for int32 packet route offsets / int16 hop counts")
@@ -200,10 +209,11 @@ cdef list common_packet_sizes(dict p, dict graph, int top=3):
     sizes = np.concatenate([[maxp + hdr], nbytes % maxp + hdr, [hdr]])
     counts = np.concatenate([[int((nbytes // maxp).sum())], (nbytes % maxp > 0).astype(np.int64),
                              [int(((nbytes[load] + mrrs - 1) // mrrs).sum())]])
-    uniq, inv = np.unique(sizes, return_inverse=True)
-    tot = np.bincount(inv, weights=counts)
+    # sizes lie in [hdr, maxp + hdr]: a count per possible size, in ascending size as np.unique would give them,
+    # without sorting a million of them (the same float sums, added in the same order)
+    tot = np.bincount(sizes - hdr, weights=counts, minlength=maxp + 1)
     order = np.argsort(-tot, kind="stable")
-    return [int(uniq[j]) for j in order[:top] if tot[j] > 0]
+    return [int(j) + hdr for j in order[:top] if tot[j] > 0]
 
 
 cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
@@ -212,13 +222,13 @@ cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
     cdef int32_t n, R = s.n_ranks
     kind = np.asarray(graph["kind"], np.int8)
     n = s.n_tasks = len(kind)
-    s.t_kind = <int8_t*>keep_array(keep, "t_kind", kind, np.int8)
-    s.t_rank = <int32_t*>keep_array(keep, "t_rank", graph["rank"], np.int32)
+    s.t_kind = <int8_t*>keep_view(keep, "t_kind", kind, np.int8)
+    s.t_rank = <int32_t*>keep_view(keep, "t_rank", graph["rank"], np.int32)
     stream = np.asarray(graph["stream"], np.int32)
-    s.t_stream = <int32_t*>keep_array(keep, "t_stream", stream, np.int32)
-    s.t_dur = <ps_t*>keep_array(keep, "t_dur", graph["duration_ps"], np.int64)
-    s.t_succ_ptr = <int64_t*>keep_array(keep, "t_succ_ptr", graph["succ_ptr"], np.int64)
-    s.t_succ = <int32_t*>keep_array(keep, "t_succ", graph["succ_idx"], np.int32)
+    s.t_stream = <int32_t*>keep_view(keep, "t_stream", stream, np.int32)
+    s.t_dur = <ps_t*>keep_view(keep, "t_dur", graph["duration_ps"], np.int64)
+    s.t_succ_ptr = <int64_t*>keep_view(keep, "t_succ_ptr", graph["succ_ptr"], np.int64)
+    s.t_succ = <int32_t*>keep_view(keep, "t_succ", graph["succ_idx"], np.int32)
     s.t_deps = <int32_t*>keep_array(keep, "t_deps", graph["n_deps"], np.int32)
     s.t_start = <ps_t*>keep_full(keep, "t_start", n, np.int64, -1)
     s.t_end = <ps_t*>keep_full(keep, "t_end", n, np.int64, -1)
@@ -291,7 +301,7 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
             s.xf[extra].task = t
             extra += 1
         x += 1
-    s.t_xfer = <int32_t*>keep_array(keep, "t_xfer", t_xfer, np.int32)
+    s.t_xfer = <int32_t*>keep_view(keep, "t_xfer", t_xfer, np.int32)
     return 0
 
 

@@ -1,0 +1,160 @@
+# ================================================================== manager: route tables for the fabric manager
+# The loops of fabric/routing.py's dimension-order routing that run once per router pair or per route entry
+# (262 k router pairs on an 8x8x8 mesh, ~15 M route entries at 1024 ranks), in C. Pure functions of numpy
+# arrays, with the GIL, used before any Engine exists; they touch no SimC. The Python reference is the docstring of
+# each function; fabric/routing.py keeps the definitions of what a route is.
+
+def dor_router_candidates(int32_t X, int32_t Y, int32_t Z, wrap, bint datelines, nb_ch_a, nb_n_a, int32_t width):
+    """Candidate router-level paths for every router pair (a, b) of an X x Y x Z mesh, as fabric.routing's
+    _router_candidates defines them: per lane (width if a != b, else 1), every combination of the per-dimension
+    alternatives (the shorter way round a ring, both when they tie), hops in x, then y, then z; a wrap-around
+    channel raises the VC level to 1 (datelines) until the next dimension starts.
+    nb_ch[r, 2 * dim + (step < 0), k]: the k-th lane channel from router r to its neighbour one step along dim
+    (nb_n[r, 2 * dim + (step < 0)] of them; 0: no link). Returns cnt[S*S], start[S*S], cand_ptr, cand_ch, cand_vcl."""
+    cdef int32_t S = X * Y * Z
+    cdef int32_t[:, :, ::1] nb_ch = np.ascontiguousarray(nb_ch_a, np.int32)
+    cdef int32_t[:, ::1] nb_n = np.ascontiguousarray(nb_n_a, np.int32)
+    cdef int32_t dims[3]
+    cdef bint wr[3]
+    cdef int32_t ca[3]
+    cdef int32_t cb[3]
+    cdef int32_t cur[3]
+    cdef int32_t nopt[3]
+    cdef int32_t ostep[3][2]
+    cdef int32_t osteps[3][2]
+    cdef int32_t sel[3]
+    dims[0] = X; dims[1] = Y; dims[2] = Z
+    for d in range(3):
+        wr[d] = bool(wrap[d])
+    cnt_a = np.zeros(<int64_t>S * S, np.int64)
+    start_a = np.zeros(<int64_t>S * S, np.int64)
+    cdef int64_t[::1] cnt = cnt_a, start = start_a
+    cdef int64_t n_cand = 0, n_hops = 0, a, b, k, fwd, back, delta
+    cdef int32_t lane, nl, dim, st, steps, level, u, nxt, slot, m, i0, i1, i2, t
+    cdef int pss
+    cdef int64_t[::1] cptr
+    cdef int32_t[::1] cch
+    cdef int8_t[::1] cvl
+    cand_ptr_a = cand_ch_a = cand_vcl_a = None
+    for pss in range(2):        # pass 0 counts, pass 1 fills
+        if pss == 1:
+            cand_ptr_a = np.zeros(n_cand + 1, np.int64)
+            cand_ch_a = np.empty(n_hops, np.int32)
+            cand_vcl_a = np.empty(n_hops, np.int8)
+            cptr = cand_ptr_a; cch = cand_ch_a; cvl = cand_vcl_a
+            n_cand = 0; n_hops = 0
+        for a in range(S):
+            ca[0] = a % X; ca[1] = (a // X) % Y; ca[2] = a // (X * Y)
+            for b in range(S):
+                cb[0] = b % X; cb[1] = (b // X) % Y; cb[2] = b // (X * Y)
+                for dim in range(3):
+                    k = dims[dim]; delta = cb[dim] - ca[dim]
+                    if delta == 0:
+                        nopt[dim] = 1; ostep[dim][0] = 0; osteps[dim][0] = 0
+                    elif not wr[dim]:
+                        nopt[dim] = 1; ostep[dim][0] = 1 if delta > 0 else -1
+                        osteps[dim][0] = <int32_t>(delta if delta > 0 else -delta)
+                    else:
+                        fwd = delta % k
+                        if fwd < 0:
+                            fwd += k
+                        back = k - fwd
+                        nopt[dim] = 0
+                        if fwd <= back:
+                            ostep[dim][nopt[dim]] = 1; osteps[dim][nopt[dim]] = <int32_t>fwd; nopt[dim] += 1
+                        if back <= fwd:
+                            ostep[dim][nopt[dim]] = -1; osteps[dim][nopt[dim]] = <int32_t>back; nopt[dim] += 1
+                start[a * S + b] = n_cand
+                m = 0
+                nl = width if a != b else 1
+                for lane in range(nl):
+                    for i0 in range(nopt[0]):
+                        for i1 in range(nopt[1]):
+                            for i2 in range(nopt[2]):
+                                sel[0] = i0; sel[1] = i1; sel[2] = i2
+                                cur[0] = ca[0]; cur[1] = ca[1]; cur[2] = ca[2]
+                                for dim in range(3):
+                                    st = ostep[dim][sel[dim]]; steps = osteps[dim][sel[dim]]
+                                    level = 0
+                                    for t in range(steps):
+                                        u = cur[0] + X * (cur[1] + Y * cur[2])
+                                        nxt = (cur[dim] + st + dims[dim]) % dims[dim]
+                                        if wr[dim] and datelines and abs(nxt - cur[dim]) != 1:
+                                            level = 1
+                                        cur[dim] = nxt
+                                        if pss == 1:
+                                            slot = 2 * dim + (1 if st < 0 else 0)
+                                            if nb_n[u, slot] <= 0:
+                                                raise KeyError(f"no link from router {u} along dimension {dim}")
+                                            cch[n_hops] = nb_ch[u, slot, lane % nb_n[u, slot]]
+                                            cvl[n_hops] = level
+                                        n_hops += 1
+                                n_cand += 1
+                                if pss == 1:
+                                    cptr[n_cand] = n_hops
+                                m += 1
+                cnt[a * S + b] = m
+    return cnt_a, start_a, cand_ptr_a, cand_ch_a, cand_vcl_a
+
+
+def dor_expand_paths(int32_t R, int32_t S, rank_router_a, int32_t N, cnt_a, start_a, cptr_a, cch_a, cvcl_a,
+                     pair_ptr_a, up_a, down_a):
+    """Rank-pair paths from router candidates, as fabric.routing's _route_dor defines them: pair (s, d) has
+    K = pair_ptr[q + 1] - pair_ptr[q] paths (q = s * R + d); path j takes router candidate
+    start[ab] + (j + s + d) % cnt[ab] (ab = router(s) * S + router(d)) between a first hop up[s, (j + d) % N] and a
+    last hop down[d, (j + s) % N] (none when N == 0), VC level 0 on those. Returns path_ptr, path_ch, path_vcl."""
+    cdef int32_t[::1] rr = np.ascontiguousarray(rank_router_a, np.int32)
+    cdef const int64_t[::1] cnt = np.ascontiguousarray(cnt_a, np.int64)
+    cdef const int64_t[::1] start = np.ascontiguousarray(start_a, np.int64)
+    cdef const int64_t[::1] cptr = np.ascontiguousarray(cptr_a, np.int64)
+    cdef const int32_t[::1] cch = np.ascontiguousarray(cch_a, np.int32)
+    cdef const int8_t[::1] cvcl = np.ascontiguousarray(cvcl_a, np.int8)
+    cdef const int64_t[::1] pair_ptr = np.ascontiguousarray(pair_ptr_a, np.int64)
+    cdef int32_t[:, ::1] up
+    cdef int32_t[:, ::1] down
+    cdef int64_t P = pair_ptr[pair_ptr.shape[0] - 1], H = 0, p, q, j, K, ab, m, rc, h, pos
+    cdef int32_t s, d, extra = 2 if N > 0 else 0
+    if N > 0:
+        up = np.ascontiguousarray(up_a, np.int32)
+        down = np.ascontiguousarray(down_a, np.int32)
+    path_ptr_a = np.zeros(P + 1, np.int64)
+    cdef int64_t[::1] path_ptr = path_ptr_a
+    p = 0
+    for q in range(<int64_t>R * R):        # pass 0: path lengths
+        s = <int32_t>(q // R); d = <int32_t>(q % R)
+        K = pair_ptr[q + 1] - pair_ptr[q]
+        if K == 0:
+            continue
+        ab = <int64_t>rr[s] * S + rr[d]
+        m = cnt[ab]
+        for j in range(K):
+            rc = start[ab] + (j + s + d) % m
+            H += cptr[rc + 1] - cptr[rc] + extra
+            p += 1
+            path_ptr[p] = H
+    path_ch_a = np.empty(H, np.int32)
+    path_vcl_a = np.zeros(H, np.int8)
+    cdef int32_t[::1] pch = path_ch_a
+    cdef int8_t[::1] pvl = path_vcl_a
+    p = 0
+    for q in range(<int64_t>R * R):        # pass 1: entries
+        s = <int32_t>(q // R); d = <int32_t>(q % R)
+        K = pair_ptr[q + 1] - pair_ptr[q]
+        if K == 0:
+            continue
+        ab = <int64_t>rr[s] * S + rr[d]
+        m = cnt[ab]
+        for j in range(K):
+            rc = start[ab] + (j + s + d) % m
+            pos = path_ptr[p]
+            if N > 0:
+                pch[pos] = up[s, (j + d) % N]
+                pos += 1
+            for h in range(cptr[rc], cptr[rc + 1]):
+                pch[pos] = cch[h]
+                pvl[pos] = cvcl[h]
+                pos += 1
+            if N > 0:
+                pch[pos] = down[d, (j + s) % N]
+            p += 1
+    return path_ptr_a, path_ch_a, path_vcl_a
