@@ -4,6 +4,28 @@
 # arrays, with the GIL, used before any Engine exists; they touch no SimC. The Python reference is the docstring of
 # each function; fabric/routing.py keeps the definitions of what a route is.
 
+cdef inline int32_t dim_options(int32_t k, int64_t delta, bint wrap, int32_t* step, int32_t* steps) noexcept:
+    """The ways along one dimension from coordinate c to c + delta: (direction, hops) into step/steps; returns how
+    many (1, or 2 when both ways round a ring are equally short)."""
+    cdef int64_t fwd, back
+    cdef int32_t n = 0
+    if delta == 0:
+        step[0] = 0; steps[0] = 0
+        return 1
+    if not wrap:
+        step[0] = 1 if delta > 0 else -1; steps[0] = <int32_t>(delta if delta > 0 else -delta)
+        return 1
+    fwd = delta % k
+    if fwd < 0:
+        fwd += k
+    back = k - fwd
+    if fwd <= back:
+        step[n] = 1; steps[n] = <int32_t>fwd; n += 1
+    if back <= fwd:
+        step[n] = -1; steps[n] = <int32_t>back; n += 1
+    return n
+
+
 def dor_router_candidates(int32_t X, int32_t Y, int32_t Z, wrap, bint datelines, nb_ch_a, nb_n_a, int32_t width):
     """Candidate router-level paths for every router pair (a, b) of an X x Y x Z mesh, as fabric.routing's
     _router_candidates defines them: per lane (width if a != b, else 1), every combination of the per-dimension
@@ -29,7 +51,7 @@ def dor_router_candidates(int32_t X, int32_t Y, int32_t Z, wrap, bint datelines,
     cnt_a = np.zeros(<int64_t>S * S, np.int64)
     start_a = np.zeros(<int64_t>S * S, np.int64)
     cdef int64_t[::1] cnt = cnt_a, start = start_a
-    cdef int64_t n_cand = 0, n_hops = 0, a, b, k, fwd, back, delta
+    cdef int64_t n_cand = 0, n_hops = 0, a, b
     cdef int32_t lane, nl, dim, st, steps, level, u, nxt, slot, m, i0, i1, i2, t
     cdef int pss
     cdef int64_t[::1] cptr
@@ -48,22 +70,7 @@ def dor_router_candidates(int32_t X, int32_t Y, int32_t Z, wrap, bint datelines,
             for b in range(S):
                 cb[0] = b % X; cb[1] = (b // X) % Y; cb[2] = b // (X * Y)
                 for dim in range(3):
-                    k = dims[dim]; delta = cb[dim] - ca[dim]
-                    if delta == 0:
-                        nopt[dim] = 1; ostep[dim][0] = 0; osteps[dim][0] = 0
-                    elif not wr[dim]:
-                        nopt[dim] = 1; ostep[dim][0] = 1 if delta > 0 else -1
-                        osteps[dim][0] = <int32_t>(delta if delta > 0 else -delta)
-                    else:
-                        fwd = delta % k
-                        if fwd < 0:
-                            fwd += k
-                        back = k - fwd
-                        nopt[dim] = 0
-                        if fwd <= back:
-                            ostep[dim][nopt[dim]] = 1; osteps[dim][nopt[dim]] = <int32_t>fwd; nopt[dim] += 1
-                        if back <= fwd:
-                            ostep[dim][nopt[dim]] = -1; osteps[dim][nopt[dim]] = <int32_t>back; nopt[dim] += 1
+                    nopt[dim] = dim_options(dims[dim], cb[dim] - ca[dim], wr[dim], &ostep[dim][0], &osteps[dim][0])
                 start[a * S + b] = n_cand
                 m = 0
                 nl = width if a != b else 1
