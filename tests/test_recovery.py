@@ -113,7 +113,8 @@ def test_random_errors_recover_by_replay_not_retrain(ber, seed, payload):
     if errors == 0:
         assert extra == 0
         return
-    assert c["replays"].sum() >= 1
+    if c["corrupted"][0] > 0:       # a corrupted data unit (channel 0 carries the data) is only ever replayed
+        assert c["replays"][0] >= 1  # (a lost Ack or UpdateFC alone needs no replay)
     # a corrupted Ack/Nak may leave the replay to the timer; everything else costs one replay
     timeouts = int(c["replay_timeouts"].sum())
     bound = errors * _replay_cost_bound_ps(cfg, topo) + timeouts * phy.ps(cfg.link.replay_timer_ns)
