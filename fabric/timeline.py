@@ -272,13 +272,13 @@ def events(run: dict, trace=None) -> tuple[list[str], dict]:
     # ---- names and order of processes and threads
     meta = []
     for r in sorted({r for r, _ in tids}):
-        meta.append(f'{{"ph":"M","pid":{r},"name":"process_name","args":{{"name":"rank {r}"}}}}')
-        meta.append(f'{{"ph":"M","pid":{r},"name":"process_sort_index","args":{{"sort_index":{r}}}}}')
+        meta.append(f'{{"ph":"M","ts":0,"pid":{r},"name":"process_name","args":{{"name":"rank {r}"}}}}')
+        meta.append(f'{{"ph":"M","ts":0,"pid":{r},"name":"process_sort_index","args":{{"sort_index":{r}}}}}')
     for (r, tid), name in sorted(tids.items()):
-        meta.append(f'{{"ph":"M","pid":{r},"tid":{tid},"name":"thread_name","args":{{"name":{q(name)}}}}}')
-        meta.append(f'{{"ph":"M","pid":{r},"tid":{tid},"name":"thread_sort_index","args":{{"sort_index":{tid}}}}}')
-    meta.append(f'{{"ph":"M","pid":{R},"name":"process_name","args":{{"name":"links"}}}}')
-    meta.append(f'{{"ph":"M","pid":{R},"name":"process_sort_index","args":{{"sort_index":{R}}}}}')
+        meta.append(f'{{"ph":"M","ts":0,"pid":{r},"tid":{tid},"name":"thread_name","args":{{"name":{q(name)}}}}}')
+        meta.append(f'{{"ph":"M","ts":0,"pid":{r},"tid":{tid},"name":"thread_sort_index","args":{{"sort_index":{tid}}}}}')
+    meta.append(f'{{"ph":"M","ts":0,"pid":{R},"name":"process_name","args":{{"name":"links"}}}}')
+    meta.append(f'{{"ph":"M","ts":0,"pid":{R},"name":"process_sort_index","args":{{"sort_index":{R}}}}}')
     n["step_ps"] = step_ps
     n["sample_ps"] = int(run.get("sample_ps", 0))
     n["samples"] = int(len(run.get("samples", ())))
