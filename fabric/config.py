@@ -429,6 +429,18 @@ class CollectivesConfig(_Section):
                                        "call (vLLM custom AllReduce's start barrier, NCCL's ready-to-receive)")
 
 
+@dataclass(frozen=True)
+class ReportConfig(_Section):
+    """What a run records besides its results (timelines: fabric/timeline.py, docs/timeline.md)."""
+    sample_ns: float = param(4000.0, unit="ns", lo=1, hi=1e12,
+                             help="interval at which the kernel samples every link's utilisation, queue depth, "
+                                  "credit stall and replays for a --timeline (a bounded ring: when it fills, every "
+                                  "other sample is dropped and the interval doubles)",
+                             reason="the shipped DeepSeek-R1 decode step (8.9 ms) gives ~2,200 samples: fine "
+                                    "enough to see each collective's burst, small enough for a timeline of a few "
+                                    "tens of MB; sampling only reads counters and never changes a result")
+
+
 SECTIONS = {
     "phy": PhyConfig,
     "link": LinkConfig,
@@ -438,6 +450,7 @@ SECTIONS = {
     "topology": TopologyConfig,
     "collectives": CollectivesConfig,
     "sim": SimConfig,
+    "report": ReportConfig,
 }
 
 
@@ -452,6 +465,7 @@ class FabricConfig:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     collectives: CollectivesConfig = field(default_factory=CollectivesConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
 
     def __post_init__(self):
         for name in SECTIONS:

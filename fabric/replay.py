@@ -19,8 +19,9 @@ from fabric.taskgraph import COMPUTE, REDUCE
 
 
 def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet", preset: str = "sd200",
-           progress=None) -> dict:
-    """Replay one decode step; returns the report (JSON-ready). progress: see fabric.sim.run."""
+           progress=None, timeline: str | None = None) -> dict:
+    """Replay one decode step; returns the report (JSON-ready). progress: see fabric.sim.run. timeline: write the
+    run's timeline there (fabric.timeline; FILE.json or FILE.json.gz) and add its figures as "timeline"."""
     path = trace_path or str(tracemod.default_trace_path())
     tr = tracemod.read(path)
     topo = build(cfg)
@@ -31,7 +32,14 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     t0 = time.perf_counter()
     graph = lower(tr, cfg)
     lower_s = time.perf_counter() - t0
-    res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False)
+    if timeline:
+        from fabric import timeline as tl
+        with tl.recording() as runs:
+            res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False)
+        tl_stats = tl.write(timeline, runs[-1], trace=tr, meta=dict(trace=path, preset=preset, engine=engine))
+        del runs
+    else:
+        res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False)
     start, end = res.task_start_ps, res.task_end_ps
     step = step_summary(graph, start, end, task_layers(graph, tr))
     step_ps = step["step_ps"]
@@ -40,7 +48,7 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
                                    minlength=tr.n_ranks)
     batch = int(tr.meta.get("batch", 1) or 1)
     t = res.totals
-    return dict(
+    out = dict(
         trace=path, model=tr.meta.get("model", ""), engine=engine, preset=preset, seed=cfg.sim.seed,
         ranks=tr.n_ranks, batch=batch,
         tpot_us=step["step_us"], tokens_per_s=batch / (step_ps / 1e12) if step_ps else 0.0,
@@ -57,3 +65,6 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         e2e_holds=int(t["e2e_holds"]),
         tasks=int(graph.n_tasks), events=int(res.events), lower_s=lower_s, wall_s=res.wall_s,
     )
+    if timeline:
+        out["timeline"] = dict(path=timeline, **{k: v for k, v in tl_stats.items()})
+    return out

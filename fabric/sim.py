@@ -287,6 +287,9 @@ def check_switch_legs(topo: dict, graph: dict) -> None:
                           f"switch.reduction = true only for NVLS-capable switches (NVSwitch gen3+)")
 
 
+_recorder: list | None = None   # fabric.timeline.recording(): runs append their record here, with link samples
+
+
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
         slice_events: int = 2_000_000, raise_on_stuck: bool = True, transfers: bool = True) -> RunResult:
     """Execute a task graph on the fabric. faults: (kind name, channel, n, k) tuples (see FAULTS); progress:
@@ -306,6 +309,9 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, graph_arrays, engine == "analytic")
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
+    recorder = _recorder
+    if recorder is not None:      # a timeline is being recorded: the kernel samples link counters (sample.pxi)
+        eng.enable_sampling(max(1, int(round(cfg.report.sample_ns * 1000))))
     t0 = time.perf_counter()
     while True:
         outcome = eng.run(max_events=slice_events)
@@ -321,6 +327,10 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                        counters={k: v.copy() for k, v in eng.counters().items()},
                        task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
                        transfers=eng.transfers() if transfers else {}, stuck=eng.stuck_report() if outcome == kernel.STUCK else [])
+    if recorder is not None:
+        interval_ps, samples = eng.samples()
+        recorder.append(dict(cfg=cfg, topo=topo, graph=graph, result=result, sample_ps=interval_ps,
+                             samples=samples))
     if raise_on_stuck and (outcome == kernel.STUCK or totals["tasks_left"] > 0):
         name = topo.channel_name if hasattr(topo, "channel_name") else (lambda c: f"channel {c}")
         where = "; ".join(f"{name(r['channel'])}: {r['unacked']} unacked, {r['queued']} queued, credits "

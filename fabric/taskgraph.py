@@ -90,6 +90,7 @@ class CollMeta:
     label: str = ""
     root: int = -1  # broadcast root / sender of a send-recv, as a position in `ranks`; -1 none
     buf_bytes: tuple = ()  # ((buf tag, bytes per rank, largest over ranks), ...) for symbolic checking
+    protocol: str = ""  # nccl-like library: LL / LL128 / Simple; "" = the sd200 library (one protocol)
 
 
 @dataclass(frozen=True, eq=False)
@@ -255,6 +256,7 @@ class Fragment:
     root: int = -1
     buf_bytes: tuple = ()
     sem: Semantics | None = None
+    protocol: str = ""
 
     @property
     def n_tasks(self) -> int:
@@ -376,7 +378,7 @@ class GraphBuilder:
         for i in range(m):
             self.coll_meta.append(CollMeta(kind=frag.kind, algorithm=frag.algorithm, nbytes=nb,
                                            ranks=tuple(ranks[i].tolist()), label=labels[i], root=frag.root,
-                                           buf_bytes=frag.buf_bytes))
+                                           buf_bytes=frag.buf_bytes, protocol=frag.protocol))
         return frag.start[None, :] + base, frag.done[None, :] + base, np.arange(cid0, cid0 + m)
 
     def build(self, validate: bool = False) -> TaskGraph:

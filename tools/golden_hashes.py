@@ -41,8 +41,13 @@ def _digest(eng: "kernel.Engine") -> dict:
     return dict(events=int(eng.events), now_ps=int(eng.now_ps), sha256=h.hexdigest())
 
 
+SAMPLE_PS = 0     # --sample-ns: link counter sampling on (timelines); it must change no hash
+
+
 def _run(cfg, topo, graph, faults=()) -> dict:
     eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), sim.as_arrays(graph), False)
+    if SAMPLE_PS:
+        eng.enable_sampling(SAMPLE_PS, 1 << 20)     # a small ring: halving happens too
     for kind, ch, n, k in faults:
         eng.add_fault(sim.FAULTS[kind], ch, n, k)
     while eng.run(max_events=1 << 20) == kernel.PAUSED:
@@ -104,7 +109,11 @@ DECODE = {"decode-sd200": lambda: _replay(default_trace_path())}
 @click.option("--decode", is_flag=True, help="Also run the DeepSeek-R1 decode step (~15 M events).")
 @click.option("--check", "check", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Compare with a JSON file this tool wrote; exit 1 if any case differs.")
-def main(decode: bool, check: str | None) -> None:
+@click.option("--sample-ns", type=float, default=0.0,
+              help="run with link counter sampling at this interval (timelines; must change no hash)")
+def main(decode: bool, check: str | None, sample_ns: float) -> None:
+    global SAMPLE_PS
+    SAMPLE_PS = int(round(sample_ns * 1000))
     cases = {**CASES, **(DECODE if decode else {})}
     out = {}
     for name, fn in cases.items():

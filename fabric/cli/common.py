@@ -135,6 +135,27 @@ def json_option(help: str = "write the results as JSON"):
                         help=help)
 
 
+def _timeline_path(ctx, param, value):
+    if value is not None and not (value.endswith(".json") or value.endswith(".json.gz")):
+        raise click.BadParameter(f"{value!r}: a timeline is FILE.json or FILE.json.gz (Chrome trace-event JSON)")
+    return value
+
+
+def timeline_option():
+    return click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, writable=True), default=None,
+                        callback=_timeline_path,
+                        help="write the run's timeline as Chrome trace-event JSON (FILE.json or FILE.json.gz) for "
+                             "Perfetto / chrome://tracing; link counters sampled every report.sample_ns "
+                             "(docs/timeline.md)")
+
+
+def echo_timeline(stats: dict | None) -> None:
+    if stats:
+        click.echo(f"  timeline             {stats['path']}: {stats['slices']} slices, {stats['flows']} flows, "
+                   f"{stats['counter_events']} counter events ({stats['samples']} samples every "
+                   f"{stats['sample_ps'] / 1e3:g} ns), {stats['bytes'] / 1e6:.1f} MB in {stats['seconds']:.2f} s")
+
+
 def engine_option(help: str = "packet: the packet kernel; analytic: alpha-beta over the same routes"):
     return click.option("--engine", type=click.Choice(ENGINES), default="packet", show_default=True, help=help)
 

@@ -14,6 +14,7 @@ from fabric.cli.common import (
     provenance,
     write_json,
 )
+from fabric.cli.common import echo_timeline, timeline_option
 from fabric.cli.probe_collective import collective_cmd
 from fabric.cli.probe_kernel import kernel_cmd
 from fabric.cli.probe_topology import topology_cmd
@@ -37,12 +38,16 @@ main.add_command(kernel_cmd, "kernel")
 @click.option("--packets", type=SIZE, default=20000, show_default=True, help="packets to send")
 @config_options(preset=None)
 @json_option()
+@timeline_option()
 @friendly
-def link(payload_bytes, ber, packets, preset, config_file, sets, seed, json_path):
+def link(payload_bytes, ber, packets, preset, config_file, sets, seed, json_path, timeline_path):
     check_writable(json_path)
+    check_writable(timeline_path, "--timeline")
+    from fabric import timeline
     from fabric.tools.link_probe import probe_link
     cfg = load(preset, config_file, sets, seed, {} if ber is None else {"phy.ber": ber})
-    r = probe_link(cfg, payload_bytes, packets)
+    with timeline.to_file(timeline_path, meta=dict(probe="link")) as tl:
+        r = probe_link(cfg, payload_bytes, packets)
     r.pop("_result")
     click.echo(f"link probe: {r['packets']} x {r['payload_bytes']} B at BER {r['ber']:g} "
                f"({cfg.phy.lanes} x {cfg.phy.lane_rate_gbps:g} Gb/s, {cfg.phy.flit_bytes} B flits)")
@@ -57,6 +62,7 @@ def link(payload_bytes, ber, packets, preset, config_file, sets, seed, json_path
     click.echo(f"  flow control         {r['credit_stall_ns']:.1f} ns credit stall, {r['updatefc']} UpdateFCs")
     click.echo(f"  simulated            {r['duration_ns'] / 1000:.2f} us in {r['events']} events, "
                f"{r['wall_s']:.3f} s wall ({r['events_per_s'] / 1e6:.1f} M events/s)")
+    echo_timeline(tl)
     write_json(json_path, r, provenance(cfg, preset, config_file, sets, seed, {} if ber is None else {"phy.ber": ber}))
 
 
@@ -84,9 +90,12 @@ def params(as_json):
               help="bytes moved (suffixes: 4K, 16KiB, 1M)")
 @config_options()
 @json_option()
+@timeline_option()
 @friendly
-def latency(src, dst, addr, op, nbytes, preset, config_file, sets, seed, json_path):
+def latency(src, dst, addr, op, nbytes, preset, config_file, sets, seed, json_path, timeline_path):
     check_writable(json_path)
+    check_writable(timeline_path, "--timeline")
+    from fabric import timeline
     from fabric.errors import ConfigError
     from fabric.tools.latency_probe import probe_latency
     cfg = load(preset, config_file, sets, seed)
@@ -94,11 +103,13 @@ def latency(src, dst, addr, op, nbytes, preset, config_file, sets, seed, json_pa
         address = None if addr is None else int(addr, 0)
     except ValueError:
         raise ConfigError(f"--addr={addr!r} is not an address; write it in decimal or 0x hex") from None
-    r = probe_latency(cfg, src, dst, op, nbytes, addr=address)
+    with timeline.to_file(timeline_path, meta=dict(probe="latency", preset=preset)) as tl:
+        r = probe_latency(cfg, src, dst, op, nbytes, addr=address)
     dst = r["dst"]
     if r["status"] != "OK":
         click.echo(f"{r['op']} of {r['bytes']} B from accelerator {src} to {r['addr']} completed as Unsupported "
                    f"Request after {r['latency_ns']:.1f} ns: {r['error']}")
+        echo_timeline(tl)
         write_json(json_path, r, provenance(cfg, preset, config_file, sets, seed))
         return
     click.echo(f"{r['op']} of {r['bytes']} B, accelerator {src} -> {dst} on {r['preset']}: "
@@ -107,6 +118,7 @@ def latency(src, dst, addr, op, nbytes, preset, config_file, sets, seed, json_pa
     for k, v in r["breakdown"].items():
         label = "queueing (rest)" if k == "queueing_ns" else k[:-3]
         click.echo(f"  {label:15s} {v:9.1f} ns")
+    echo_timeline(tl)
     write_json(json_path, r, provenance(cfg, preset, config_file, sets, seed))
 
 

@@ -16,6 +16,7 @@ from fabric.cli.common import (
     provenance,
     write_json,
 )
+from fabric.cli.common import echo_timeline, timeline_option
 
 OPS = ("allreduce", "allgather", "alltoall", "reduce_scatter")   # fabric.tools.collective_probe.OPS, kernel-free
 TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64")   # collective_probe.TYPES
@@ -41,9 +42,10 @@ TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64
 @engine_option()
 @config_options()
 @json_option("write the rows as JSON")
+@timeline_option()
 @friendly
 def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, quiet, ranks, jobs, engine, preset,
-                   config_file, sets, seed, json_path):
+                   config_file, sets, seed, json_path, timeline_path):
     """Time one collective (all ranks start at t = 0; time = until the last rank's output is ready).
 
     Prints nccl-tests columns (size, count, type, redop, time, algbw, busbw) and the library's algorithm, protocol
@@ -51,6 +53,8 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
     reduce_scatter, alltoall.
     """
     check_writable(json_path)
+    check_writable(timeline_path, "--timeline")
+    from fabric import timeline
     from fabric.errors import ConfigError
     from fabric.tools import nccl_tests
     from fabric.tools.collective_probe import compare, compare_table, probe_sizes, sweep, table
@@ -60,11 +64,15 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
         raise ConfigError(f"--compare file {compare_path} is a {measured.op} table but --op is {op}")
     byte_sizes = probe_sizes(nbytes, min_bytes, max_bytes, measured)
     cfg = load(preset, config_file, sets, seed)
-    with count_bar(len(byte_sizes), "sizes", not quiet, tick=True) as step:
+    if timeline_path:
+        jobs = 1              # the runs are recorded in this process; the timeline is the last size's
+    with timeline.to_file(timeline_path, meta=dict(probe="collective", op=op, preset=preset)) as tl, \
+            count_bar(len(byte_sizes), "sizes", not quiet, tick=True) as step:
         rows = sweep(cfg, op, byte_sizes, jobs=jobs, progress=step, algorithm=algorithm, ranks=ranks, engine=engine)
     library = getattr(cfg.collectives, "library", None) or cfg.collectives.policy
     click.echo(f"{op} on {preset}, {rows[0]['ranks']} ranks, {engine} engine, library {library}")
     click.echo(table(rows, dtype))
+    echo_timeline(tl)
     meta = {**provenance(cfg, preset, config_file, sets, seed), "op": op, "engine": engine, "library": library,
             "ranks": rows[0]["ranks"]}
     out = [{k: r.get(k) for k in ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",

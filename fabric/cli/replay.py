@@ -15,6 +15,7 @@ from fabric.cli.common import (
     provenance,
     write_json,
 )
+from fabric.cli.common import echo_timeline, timeline_option
 
 
 def render(r: dict) -> str:
@@ -50,15 +51,18 @@ def render(r: dict) -> str:
 @engine_option()
 @json_option("write the report as JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar, print only the TPOT line")
+@timeline_option()
 @friendly
-def main(trace, preset, config_file, sets, seed, engine, json_path, quiet):
+def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path):
     check_writable(json_path)
+    check_writable(timeline_path, "--timeline")
     from fabric.replay import replay
     cfg = load(preset, config_file, sets, seed)
     with progress_bar(not quiet) as progress:
-        r = replay(trace, cfg, engine=engine, preset=preset, progress=progress)
+        r = replay(trace, cfg, engine=engine, preset=preset, progress=progress, timeline=timeline_path)
     if quiet:
         click.echo(f"TPOT {r['tpot_us']:.1f} us ({r['tokens_per_s']:.1f} tokens/s)")
     else:
         click.echo(render(r))
+    echo_timeline(r.get("timeline"))
     write_json(json_path, r, provenance(cfg, preset, config_file, sets, seed))

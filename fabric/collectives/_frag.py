@@ -303,7 +303,8 @@ class FragBuilder:
                         task_nbytes=cat["nbytes"].astype(np.int64), duration_ps=cat["dur"].astype(np.int64),
                         op=cat["op"].astype(np.int8), edge_src=ep, edge_dst=es, start=np.asarray(start, np.int64),
                         done=np.asarray(done, np.int64), root=self.root,
-                        buf_bytes=tuple(sorted(self.buf_bytes.items())), sem=sem)
+                        buf_bytes=tuple(sorted(self.buf_bytes.items())), sem=sem,
+                        protocol=self.protocol or "")
         for a in (frag.task_kind, frag.rank, frag.peer, frag.stream, frag.task_nbytes, frag.duration_ps, frag.op,
                   frag.edge_src, frag.edge_dst, frag.start, frag.done):
             a.flags.writeable = False

@@ -35,6 +35,7 @@ include "link.pxi"       # data-link layer: sequence numbers, replay, Ack/Nak, c
 include "switch.pxi"     # switches: VOQs, bitmaps, arbitration, switch pipeline wake-ups
 include "endpoint.pxi"   # transaction layer: packet pool, carving, tags, end-to-end window, delivery, completions
 include "executor.pxi"   # task graph, analytic engine
+include "sample.pxi"     # link counter sampling into a bounded ring, for timelines
 include "loop.pxi"       # the event loop (c_run) and its look-ahead prefetches
 include "setup.pxi"      # Engine's set-up steps: dicts of numpy arrays -> SimC
 include "manager.pxi"    # fabric manager's route tables (dimension order), for fabric/routing.py
@@ -55,6 +56,7 @@ cdef class Engine:
 
     def __cinit__(self):
         memset(&self.s, 0, sizeof(SimC))
+        self.s.next_sample = INT64_MAX     # sampling off (enable_sampling)
         self._keep = {}
         self._faults = []
         self._started = False
@@ -66,6 +68,7 @@ cdef class Engine:
         free(self.s.ring)
         free(self.s.c)
         free(self.s.hop)
+        free(self.s.samp)
 
     def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
                  int64_t lane_min_heap=64, bint skip_settled=True, int32_t replay_ring_slots=16,
@@ -114,6 +117,34 @@ cdef class Engine:
         with nogil:
             c_run(s, max_events, until_ps, &outcome)
         return outcome
+
+    def enable_sampling(self, int64_t sample_ps, int64_t max_bytes=64 << 20):
+        """Sample every channel's busy time, queue length, credit stall and replays every sample_ps into a ring of
+        at most max_bytes (sample.pxi: full, it drops every other row and doubles the interval). Before run()."""
+        if self._started:
+            raise RuntimeError("sampling must be enabled before run()")
+        if sample_ps <= 0:
+            raise ValueError("sample_ps must be > 0")
+        cdef int64_t row = max(<int64_t>self.s.n_ch, 1) * SAMPLE_COLS * sizeof(int64_t)
+        cdef int64_t cap = max(2, min(max_bytes // row, 1 << 20)) & ~1
+        free(self.s.samp)
+        self.s.samp = <int64_t*>malloc(cap * row)
+        if self.s.samp == NULL:
+            raise MemoryError()
+        self.s.samp_cap = <int32_t>cap
+        self.s.samp_n = 0
+        self.s.sample_ps = sample_ps
+        self.s.next_sample = sample_ps
+
+    def samples(self):
+        """(interval_ps, int64[n, n_ch, 4] copy): row i is the state at (i + 1) x interval_ps; columns busy_ps,
+        queue_len, credit_stall_ps, replays (SAMPLE_NAMES)."""
+        n = self.s.samp_n
+        out = np.zeros((n, self.s.n_ch, SAMPLE_COLS), np.int64)
+        cdef int64_t[:, :, ::1] v = out
+        if n and self.s.n_ch:
+            memcpy(&v[0, 0, 0], self.s.samp, n * self.s.n_ch * SAMPLE_COLS * sizeof(int64_t))
+        return int(self.s.sample_ps), out
 
     # ---- results
     @property
@@ -222,6 +253,7 @@ cdef class Engine:
         return rows[:limit]
 
 
+SAMPLE_NAMES = ("busy_ps", "queue_len", "credit_stall_ps", "replays")
 COUNTERS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "corrupted", "flits_corrupted", "naks", "acks", "replays",
             "replay_timeouts", "retrains", "credit_stall_ps", "updatefc", "ctrl_lost", "dups_discarded",
             "queue_len", "queue_max", "queue_area", "qlast", "credit_errors")

@@ -71,6 +71,8 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
         q_take(&s.heap, src, &e)
         if src >= 0:
             prefetch_ahead(s, &s.heap.lane[src])
+        if e.time >= s.next_sample:             # sample.pxi (off: next_sample = INT64_MAX)
+            take_samples(s, e.time)
         s.now = e.time
         s.events += 1
         typ = ev_type(&e)

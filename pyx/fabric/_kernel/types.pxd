@@ -380,3 +380,9 @@ cdef struct SimC:
     int32_t* t_next
     int32_t* work                  # stack of tasks that became ready (work[0]: how many)
     ps_t* an_free                  # analytic engine: when each channel's port is free
+    # ---- link counter sampling for timelines (sample.pxi); off: next_sample = INT64_MAX, one compare per event
+    ps_t next_sample               # time of the next sample (INT64_MAX: sampling off)
+    ps_t sample_ps                 # interval between samples (doubles each time the ring fills)
+    int64_t* samp                  # ring of samp_cap rows, each n_ch x SAMPLE_COLS int64 (cumulative or level)
+    int32_t samp_cap               # rows it holds (even)
+    int32_t samp_n                 # rows filled: row i is the state at (i + 1) x sample_ps
