@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from fabric.collectives import nvls, sliced
+from fabric.collectives import nvls, sliced, tree
 from fabric.collectives._frag import FragBuilder, bounds, is_pow2
 from fabric.collectives.cost import Cost, cost_model
 from fabric.collectives.library import LIBRARIES, PROFILES, PROTOCOLS, Choice, fabric_view, tune
@@ -68,6 +68,8 @@ def build(kind: str, algorithm: str, nbytes: int, n: int, cfg=None, root: int = 
         lib = dict(nvls.CORES if kind == "allreduce" else {})
         if kind in sliced.HIERARCHICAL:
             lib["hierarchical"] = sliced.HIERARCHICAL[kind]
+        if kind == "allreduce":
+            lib.update(tree.CORES)
         core = lib[algorithm] if n > 1 else CORES[kind][_SINGLE[kind]]
     else:
         core = CORES[kind][_SINGLE.get(kind, algorithm) if n == 1 else algorithm]

@@ -316,6 +316,27 @@ def _domains(view: FabricView, n: int):
     return len(ids), int(cnt[0])
 
 
+def tree_groups(view: FabricView, n: int):
+    """The nodes of a double binary tree call (fabric/collectives/tree.py): ranks 0..n-1 by host domain, or None
+    unless they form >= 2 equal domains (of >= 1 rank) joined by a NIC."""
+    t = view.topo
+    if n > t.n_ranks:
+        return None
+    dom = t.node_domain[:n]
+    groups = [[r for r in range(n) if dom[r] == d] for d in sorted(set(int(x) for x in dom))]
+    if len(groups) < 2 or len({len(g) for g in groups}) != 1:
+        return None
+    if not view.crosses_nic(groups[0][0], groups[1][0]):
+        return None
+    return groups
+
+
+def tree_domains(view: FabricView, n: int):
+    """(nodes N, ranks per node g) of tree_groups, or None."""
+    groups = tree_groups(view, n)
+    return None if groups is None else (len(groups), len(groups[0]))
+
+
 def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, view: FabricView) -> float:
     """Analytic time of one call (the tuner's cost model): launch + steps x per-step time + bytes / rate.
     Per-step time is the fitted h_p (it already includes the hop); rates are the fabric's link and NIC rates times
@@ -340,6 +361,14 @@ def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, v
         R_net *= value(f"g_n{protocol}")
     if algorithm in ("nvls", "nvls_tree", "sym_nvls", "sym_oneshot"):
         return L + _nvls_family_ns(algorithm, M, n, view, B, R_net)
+    if algorithm == "tree":
+        doms = tree_domains(view, n)
+        if doms is None:
+            return math.inf
+        N, g = doms
+        rails = g if protocol == "Simple" else min(g, nccl_channels(nbytes, protocol, n, "tree", cc=cc))
+        t = max(2 * M / B if g > 1 else 0.0, M / max(R_net * rails, 1e-9))
+        return L + 2 * ((g - 1) * h + math.log2(N) * hn) + t
     if algorithm == "hierarchical":
         doms = _domains(view, n)
         if doms is None:
@@ -437,6 +466,8 @@ def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
         algs = [algorithm]
     elif kind in ("allreduce", "allgather", "reduce_scatter"):
         algs = ["ring"] + (["hierarchical"] if kind == "allreduce" and _domains(view, n) else [])
+        if kind == "allreduce" and tree_domains(view, n):
+            algs.append("tree")
         if kind == "allreduce":
             algs += nvls_candidates(view, n, cc)
         if cc.policy not in ("sd200", "auto"):

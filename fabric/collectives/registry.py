@@ -14,4 +14,4 @@ ALGORITHMS = {kind: tuple(cores) for kind, cores in CORES.items()}
 
 # Algorithms only a library profile builds (they need the fabric: fabric/collectives/library.py, sliced.py). Not in
 # ALGORITHMS: the sd200 library, the cost model and fixed policies do not know them.
-LIBRARY_ALGORITHMS = {"nccl-like": {"allreduce": ("hierarchical", "nvls", "nvls_tree", "sym_oneshot", "sym_nvls")}}
+LIBRARY_ALGORITHMS = {"nccl-like": {"allreduce": ("hierarchical", "tree", "nvls", "nvls_tree", "sym_oneshot", "sym_nvls")}}

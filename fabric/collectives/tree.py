@@ -1,0 +1,276 @@
+"""NCCL's double binary tree AllReduce (nccl-like library only; NCCL src/graph/trees.cc, device/all_reduce.h).
+
+Structure. The group's ranks form N >= 2 equal host domains (nodes) of g >= 1 ranks joined by NICs. Every channel c
+is one tree over all ranks:
+- inside each node a chain (the node's ranks in rank order rotated by c, so successive channels leave the node on
+  different ranks, i.e. rails): chain position 0 is the node's head, position i's parent is position i - 1;
+- between nodes one of NCCL's two complementary binary trees over the node indices (ncclGetDtree: tree 0 is
+  ncclGetBtree; tree 1 its mirror for an even N, its shift by one for an odd N), channel c using tree c % 2, so the
+  two trees carry half of the data each: a node's head's parent is the head of its parent node.
+Each channel carries its own share of the buffer, cut into K chunks (n_chunks: NCCL's tree chunk rule), pipelined:
+reduce up (every rank adds IN and its children's partial sums of the slice, written into its TMP slot per child:
+slot 0 the chain child, 1-2 the child nodes' heads; a leaf sends its IN), the root holds the slice's full sum in OUT,
+then broadcast down (every rank stores OUT into its children's OUT). Reduce and broadcast run as separate wait and
+copy sequences per (rank, channel), as NCCL's tree kernel splits its threads, so slice k's broadcast overlaps slice
+k+1's reduce.
+
+Costs are the ring's (sliced.py), nothing counted twice: every receive is a wait point paying the protocol's
+per-step software (fitted h_p less the fabric's own one-way hop) on slice 0 of the hop only; through a NIC the
+network step's software is a delay on the data path (FragBuilder.xfer); sends are paced by stream-less COMPUTEs at
+the rank's share of library.inject_gbps (its copy-loop chains of a kind, scale-up or NIC, share the fitted rate,
+scaled by (K + depth) / K: a chain is busy K of the K + depth chunk times of its phase);
+a slice is seen one head latency (+ the network delay) after its copy ended; a (rank, channel, phase) keeps at most
+`slices_in_flight` slices un-landed. The closed form the tuner uses (library.estimate_ns):
+T = launch + 2((g-1) h_p + log2(N) hn_p) + max(2M / Rintra_p, M / Rnode_p).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fabric.collectives._frag import bounds
+from fabric.taskgraph import BUF_IN, BUF_OUT, BUF_TMP, COMPUTE
+
+
+def btree_parent(N: int) -> list[int]:
+    """NCCL ncclGetBtree: the parent of every index 0..N-1 (-1 for the root 0)."""
+    par = [-1] * N
+    for r in range(1, N):
+        bit = 1
+        while bit < N and not bit & r:
+            bit <<= 1
+        up = (r ^ bit) | (bit << 1)
+        if up >= N:
+            up = r ^ bit
+        par[r] = up
+    return par
+
+
+def dtree_parents(N: int) -> tuple[list[int], list[int]]:
+    """NCCL ncclGetDtree: the two complementary binary trees (parent per index)."""
+    t0 = btree_parent(N)
+    if N % 2:   # shift by one
+        t1 = [-1] * N
+        for r in range(N):
+            p = t0[(r - 1) % N]
+            t1[r] = -1 if p < 0 else (p + 1) % N
+    else:       # mirror
+        t1 = [-1 if t0[N - 1 - r] < 0 else N - 1 - t0[N - 1 - r] for r in range(N)]
+    return t0, t1
+
+
+def _structure(groups, C: int, n: int):
+    """Per lane (rank * C + channel): parent rank (-1 root), slot at the parent, children [(rank, slot)], depth."""
+    N, g = len(groups), len(groups[0])
+    trees = dtree_parents(N)
+    par = np.full(n * C, -1, np.int64)
+    slot = np.zeros(n * C, np.int64)
+    kids: list[list] = [[] for _ in range(n * C)]
+    for c in range(C):
+        tp = trees[c % 2]
+        chains = [[grp[(i + c) % g] for i in range(g)] for grp in groups]
+        nslot = {}
+        for x, ch in enumerate(chains):
+            for i in range(1, g):
+                par[ch[i] * C + c] = ch[i - 1]
+                slot[ch[i] * C + c] = 0
+            if tp[x] >= 0:
+                p = chains[tp[x]][0]
+                s = nslot.get(p, 1)
+                nslot[p] = s + 1
+                par[ch[0] * C + c] = p
+                slot[ch[0] * C + c] = s
+        for lane in range(n * C):
+            if lane % C == c and par[lane] >= 0:
+                kids[int(par[lane]) * C + c].append((lane // C, int(slot[lane])))
+    depth = np.zeros(n * C, np.int64)
+    for lane in range(n * C):
+        d, x = 0, lane
+        while par[x] >= 0:
+            x = int(par[x]) * C + lane % C
+            d += 1
+        depth[lane] = d
+    return par, slot, kids, depth
+
+
+_MAX_CHUNKS = 64            # bounds the graph (NCCL's own target for a depth-8 tree is 8 x 8 = 64)
+_MIN_CHUNK = 8 << 10        # the smallest chunk (NCCL enqueue.cc halves a Simple tree chunk down to 32 KiB; LL/LL128 steps
+                            # are smaller: 8 KiB keeps a latency-bound call pipelined)
+
+
+def n_chunks(nbytes: int, protocol: str, channels: int, depth: int) -> int:
+    """Chunks a channel's share is pipelined in (NCCL enqueue.cc, tree: start from one step, slice_p / 2, and halve
+    the chunk while a channel has fewer than 8 x depth of them, down to 32 KiB; at most _MAX_CHUNKS)."""
+    from fabric.collectives.library import value
+    per = nbytes / max(channels, 1)
+    chunk = max(value(f"slice_{protocol}_bytes") // 2, _MIN_CHUNK)
+    while per < 8 * max(depth, 1) * chunk and chunk > _MIN_CHUNK:
+        chunk //= 2
+    return int(min(_MAX_CHUNKS, max(1, -(-int(per) // int(chunk)))))
+
+
+def allreduce(fb, ready, nbytes):
+    from fabric.collectives import sliced
+    from fabric.collectives.library import inject_gbps, tree_groups, value
+    groups = tree_groups(fb.view, fb.n)
+    if groups is None:
+        return sliced.allreduce(fb, ready, nbytes)
+    n, M = fb.n, int(nbytes)
+    C = max(1, int(fb.choice.channels))
+    fb.stripe = False
+    depth_fc = int(value("slices_in_flight"))
+    par, slot, kids, depth = _structure(groups, C, n)
+    K = n_chunks(M, fb.protocol, C, int(depth.max()))
+    L = n * C
+    lrank = np.repeat(np.arange(n), C)
+    lchan = np.tile(np.arange(C), n)
+    ready = np.asarray(ready, np.int64)
+    cb = bounds(M, C)
+    clen = cb[1:] - cb[:-1]
+
+    def lohi(lanes, k):
+        c = lchan[lanes]
+        return cb[c] + (clen[c] * k) // K, cb[c] + (clen[c] * (k + 1)) // K
+
+    # copy-loop pacing: per (lane, phase, crosses-NIC) one chain; a rank's chains of one kind share its rate
+    chains: dict = {}
+    for lane in range(L):
+        r = int(lrank[lane])
+        if par[lane] >= 0:
+            chains[lane, 0, fb.crosses(r, int(par[lane]))] = int(par[lane])
+        for kr, _ in kids[lane]:
+            chains.setdefault((lane, 1, fb.crosses(r, kr)), kr)
+    count: dict = {}
+    for (lane, ph, net) in chains:
+        key = (int(lrank[lane]), net)
+        count[key] = count.get(key, 0) + 1
+    # a chain is busy for K of the K + depth slice times of its phase (the pipeline's fill and drain): its share of
+    # the rank's rate is rate / count scaled by (K + depth) / K, so that a rank's chains of one kind together move
+    # their bytes at the rank's rate over the phase (the closed form's perfectly pipelined 2M / Rintra)
+    busy = K / (K + int(depth.max()))
+    rate: dict = {}
+    for (lane, ph, net), d in chains.items():
+        r = int(lrank[lane])
+        if (r, net) not in rate:
+            share = inject_gbps(fb.view, fb.protocol, r, d) / (count[r, net] * busy)
+            rate[r, net] = 1000.0 / share                                               # ps per byte
+    tails: dict = {}
+
+    def tail_ps(s, d):
+        if (s, d) not in tails:
+            t = fb.view.hop_ps(s, d, 1) / 1000.0 + (fb.software_ns(s, d) if fb.crosses(s, d) else 0.0)
+            tails[s, d] = int(round(t * 1000.0))
+        return tails[s, d]
+
+    last_pace: dict = {}
+    sent: dict = {}                       # (lane, phase) -> landed ids per send, in order
+    last_wait: dict = {}                  # (lane, phase, slot) -> the previous wait of that receive sequence
+
+    def make(lanes, dst, nbyte, src_buf, src_off, dst_buf, dst_off):
+        """The stores lane -> dst of one slice and phase, created together in lane order (so that the flows of a
+        rank pair are consecutive transfers and spread over the pair's route candidates, i.e. ports, as the
+        ring's do), their paces (the copy loop) and tails (the receiver sees the last byte one head latency after
+        the copy, plus the network delay through a NIC). Dependencies are added by `wire`."""
+        src = lrank[lanes]
+        issue, seen = fb.xfer(src, dst, nbyte, src_buf, src_off, dst_buf, dst_off)
+        landed = fb.landed
+        net = np.array([fb.crosses(int(s), int(d)) for s, d in zip(src, dst)], bool)
+        dur = np.array([int(round(int(b) * rate[int(s), bool(x)])) for s, b, x in zip(src, nbyte, net)], np.int64)
+        pace = fb._add(COMPUTE, src, stream=-1, dur=dur)
+        tl = fb._add(COMPUTE, dst, stream=-1, dur=np.array([tail_ps(int(s), int(d)) for s, d in zip(src, dst)],
+                                                           np.int64))
+        fb.edge(pace, tl)
+        return dict(lanes=lanes, issue=issue, seen=seen, landed=landed, pace=pace, tail=tl, net=net)
+
+    def wire(S, idx, after, phase):
+        """Sends idx of S start after `after` (their data), in their lane's copy-loop and window sequences."""
+        fb.edge(after, S["issue"][idx])
+        fb.edge(after, S["pace"][idx])
+        for i in np.atleast_1d(idx).tolist():
+            lane = int(S["lanes"][i])
+            key = (lane, phase, bool(S["net"][i]))
+            if key in last_pace:
+                fb.edge(last_pace[key], S["pace"][i])
+            last_pace[key] = int(S["pace"][i])
+            hist = sent.setdefault((lane, phase), [])
+            if len(hist) >= depth_fc:
+                fb.edge(hist[-depth_fc], S["issue"][i])
+            hist.append(int(S["landed"][i]))
+
+    def recv(lanes, src, seen, tl, k, phase, slt):
+        """The wait of each receiving lane for one incoming slice (pays the hop's software on slice 0)."""
+        w = fb.wait(lrank[lanes], src=src, pay=(k == 0))
+        fb.edge(seen, w)
+        fb.edge(tl, w)
+        for i, lane in enumerate(lanes.tolist()):
+            key = (lane, phase, int(slt[i]))
+            fb.edge(last_wait.get(key, int(ready[lrank[lane]])), w[i])
+            last_wait[key] = int(w[i])
+        return w
+
+    maxd = int(depth.max())
+    nk = np.array([len(k) for k in kids])
+    up_lanes = np.flatnonzero(par >= 0)
+    up_pos = np.full(L, -1, np.int64)
+    up_pos[up_lanes] = np.arange(len(up_lanes))
+    dn_lane = np.array([x for x in range(L) for _ in kids[x]], np.int64)        # (lane, child j), lane order
+    dn_j = np.array([j for x in range(L) for j in range(len(kids[x]))], np.int64)
+    dn_kid = np.array([kids[x][j][0] for x, j in zip(dn_lane, dn_j)], np.int64)
+    final = [[] for _ in range(n)]
+    for k in range(K):
+        # ---- reduce up, deepest level first (a leaf sends its IN, an inner rank the sum it reduced into OUT)
+        lo, hi = lohi(up_lanes, k)
+        U = make(up_lanes, par[up_lanes], hi - lo, np.where(nk[up_lanes] > 0, BUF_OUT, BUF_IN), lo, BUF_TMP,
+                 slot[up_lanes] * M + lo)
+        have = np.full(L, -1, np.int64)   # lane -> task after which OUT holds the slice's full sum
+        for d in range(maxd, -1, -1):
+            sel = np.flatnonzero(depth == d)
+            cur = ready[lrank[sel]].copy()             # when the lane's partial sum is ready
+            for m in (1, 2, 3):
+                grp = sel[nk[sel] == m]
+                if not len(grp):
+                    continue
+                waits = []
+                for j in range(m):
+                    kr = np.array([kids[x][j][0] for x in grp])
+                    ks = np.array([kids[x][j][1] for x in grp])
+                    q = up_pos[kr * C + lchan[grp]]
+                    waits.append(recv(grp, kr, U["seen"][q], U["tail"][q], k, 0, ks))
+                glo, ghi = lohi(grp, k)
+                offs = np.stack([glo] + [np.array([kids[x][j][1] for x in grp]) * M + glo for j in range(m)],
+                                axis=1)
+                red = fb.reduce(lrank[grp], ghi - glo, BUF_OUT, glo,
+                                np.array([[BUF_IN] + [BUF_TMP] * m], np.int8), offs)
+                for w in waits:
+                    fb.edge(w, red)
+                cur[np.searchsorted(sel, grp)] = red
+            snd = sel[par[sel] >= 0]
+            if len(snd):
+                wire(U, up_pos[snd], cur[np.searchsorted(sel, snd)], 0)
+            roots = sel[par[sel] < 0]
+            have[roots] = cur[np.searchsorted(sel, roots)]
+        # ---- broadcast down, root first: OUT into every child's OUT
+        lo, hi = lohi(dn_lane, k)
+        D = make(dn_lane, dn_kid, hi - lo, BUF_OUT, lo, BUF_OUT, lo)
+        for d in range(0, maxd):
+            for j in range(3):
+                q = np.flatnonzero((depth[dn_lane] == d) & (dn_j == j))
+                if not len(q):
+                    continue
+                grp = dn_lane[q]
+                wire(D, q, have[grp], 1)
+                kl = dn_kid[q] * C + lchan[grp]
+                have[kl] = recv(kl, lrank[grp], D["seen"][q], D["tail"][q], k, 1, np.zeros(len(kl), np.int64))
+        for lane in range(L):
+            final[int(lrank[lane])].append(int(have[lane]))
+    for key, p in last_pace.items():
+        final[int(lrank[key[0]])].append(p)
+    out = fb.join(np.arange(n))
+    for r in range(n):
+        fb.edge(np.asarray(final[r], np.int64), out[r])
+    fb.need(BUF_IN, M)
+    fb.need(BUF_OUT, M)
+    fb.need(BUF_TMP, 3 * M)
+    return out
+
+
+CORES = {"tree": allreduce}
