@@ -91,6 +91,16 @@ def _get(d: dict, key: str, name: str, default=None, lo: int = 0):
     return v
 
 
+def _checked(s: ModelSpec) -> ModelSpec:
+    """Refuse head and expert counts no plan can split (one ConfigError line naming the config keys)."""
+    if s.heads % s.kv_heads:
+        raise ConfigError(f"model config {s.name}: num_attention_heads={s.heads} is not a multiple of "
+                          f"num_key_value_heads={s.kv_heads}")
+    if s.is_moe and not 1 <= s.topk <= s.n_experts:
+        raise ConfigError(f"model config {s.name}: num_experts_per_tok={s.topk} must be in [1, {s.n_experts}]")
+    return s
+
+
 def generic_spec(d: dict, name: str) -> ModelSpec:
     """Any transformers decoder with the standard config fields (Mixtral, Gemma, Phi, ...): family "generic", read as
     GQA attention with a dense or routed-expert MLP. Only the torch engine's eager runtime captures such a model (its
@@ -107,12 +117,7 @@ def generic_spec(d: dict, name: str) -> ModelSpec:
                   moe_inter=d.get("moe_intermediate_size") or inter, n_experts=n_exp,
                   topk=g("num_experts_per_tok", 0, 0) if n_exp else 0,
                   dense_layers=() if n_exp else tuple(range(layers)), config=dict(d))
-    if s.heads % s.kv_heads:
-        raise ConfigError(f"model config {name}: num_attention_heads={heads} is not a multiple of "
-                          f"num_key_value_heads={kv_heads}")
-    if s.is_moe and not 1 <= s.topk <= s.n_experts:
-        raise ConfigError(f"model config {name}: num_experts_per_tok={s.topk} must be in [1, {s.n_experts}]")
-    return s
+    return _checked(s)
 
 
 def spec_from_config(d: dict, name: str | None = None, generic: bool = False) -> ModelSpec:
@@ -162,12 +167,7 @@ def spec_from_config(d: dict, name: str | None = None, generic: bool = False) ->
     else:
         s = ModelSpec(head_dim=g("head_dim", hidden // heads), inter=g("intermediate_size"),
                       qk_norm=mt == "qwen3", dense_layers=tuple(range(layers)), **common)
-    if s.heads % s.kv_heads:
-        raise ConfigError(f"model config {name}: num_attention_heads={heads} is not a multiple of "
-                          f"num_key_value_heads={kv_heads}")
-    if s.is_moe and not 1 <= s.topk <= s.n_experts:
-        raise ConfigError(f"model config {name}: num_experts_per_tok={s.topk} must be in [1, {s.n_experts}]")
-    return s
+    return _checked(s)
 
 
 def weight_dtype(d: dict) -> str:
