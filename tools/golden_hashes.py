@@ -4,9 +4,13 @@ A refactor of the kernel must leave every hash unchanged: the kernel is determin
 (task start/end times, every per-channel counter, totals, link state, transfers with their checksums, event count,
 final time) mean equal behaviour, not merely close numbers.
 
+    python tools/golden_hashes.py --decode --check tools/golden_hashes.json   # against the committed hashes
     python tools/golden_hashes.py > before.json          # on the old kernel
     python tools/golden_hashes.py --check before.json    # on the new one: exit 1 and name the cases that differ
     python tools/golden_hashes.py --decode ...           # add the DeepSeek-R1 decode step (~15 M events)
+
+tools/golden_hashes.json holds the hashes of the current model (all 17 cases); a deliberate model change rewrites it
+(`--decode > tools/golden_hashes.json`) in the same commit, with the reason.
 """
 from __future__ import annotations
 
