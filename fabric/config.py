@@ -513,6 +513,17 @@ def resource_limits(c: FabricConfig) -> tuple[int, int, str]:
     return events, memory, f"machine memory {mem} MiB"
 
 
+def check_memory(c: FabricConfig, need_mb: float, what: str, fix: str) -> None:
+    """Refuse work that needs more than sim.max_memory_mb: one ConfigError line, `what` (the need, in words), the
+    limit and where it came from, then `fix` or the --set that would admit it."""
+    _, max_mb, how = resource_limits(c)
+    if need_mb > max_mb:
+        given = f"sim.max_memory_mb={c.sim.max_memory_mb}" if c.sim.max_memory_mb else \
+            f"sim.max_memory_mb (auto {max_mb}, {how})"
+        raise ConfigError(f"{what}, above {given}; {fix} or raise it with --set sim.max_memory_mb="
+                          f"{int(need_mb * 1.1) + 1}")
+
+
 def _cross_check(c: FabricConfig) -> None:
     for key in ("switch_mesh_dims", "mesh_dims"):      # checked whether or not this topology kind uses it
         value = getattr(c.topology, key)

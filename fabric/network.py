@@ -31,16 +31,11 @@ def size_estimate(cfg: FabricConfig) -> dict:
 
 def check_size(cfg: FabricConfig) -> dict:
     """Refuse a fabric whose routing alone would exceed sim.max_memory_mb, before building it."""
-    from fabric.config import resource_limits
+    from fabric.config import check_memory
     est = size_estimate(cfg)
-    _, max_mb, how = resource_limits(cfg)
-    if est["memory_mb"] > max_mb:
-        given = f"sim.max_memory_mb={cfg.sim.max_memory_mb}" if cfg.sim.max_memory_mb else \
-            f"sim.max_memory_mb (auto {max_mb}, {how})"
-        raise ConfigError(f"topology {cfg.topology.kind} with {est['ranks']} accelerators would need at least "
-                          f"{est['memory_mb']:.0f} MiB for its routes ({est['ranks']}^2 rank pairs), above {given}; "
-                          f"use a smaller fabric or raise it with --set sim.max_memory_mb="
-                          f"{int(est['memory_mb'] * 1.1) + 1}")
+    check_memory(cfg, est["memory_mb"], f"topology {cfg.topology.kind} with {est['ranks']} accelerators would need "
+                 f"at least {est['memory_mb']:.0f} MiB for its routes ({est['ranks']}^2 rank pairs)",
+                 "use a smaller fabric")
     return est
 
 

@@ -222,9 +222,9 @@ def _human_s(sec: float) -> str:
 def check_size(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
     """Refuse, before the run, one whose estimate (`estimate`) exceeds sim.max_events or sim.max_memory_mb
     (0 = auto, from the machine's memory: fabric.config.resource_limits); returns the estimate."""
-    from fabric.config import resource_limits
+    from fabric.config import check_memory, resource_limits
     est = estimate(cfg, topo, graph, engine)
-    max_events, max_mb, how = resource_limits(cfg)
+    max_events, _, _ = resource_limits(cfg)
     if est["worst_ps"] >= 2.0 ** 62:
         raise ConfigError(f"this task graph could run for {est['worst_ps'] / 1e12:.3g} s of simulated time, past "
                           f"what the kernel's int64 picosecond clock holds (4.6e6 s); shrink its durations or sizes")
@@ -236,11 +236,8 @@ def check_size(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
                           f"{EVENTS_PER_S / 1e6:.0f} M events/s), "
                           f"above {given}; shrink the workload or raise it with --set "
                           f"sim.max_events={int(min(est['events'] * 1.1, 2**62)):d}")
-    if est["memory_mb"] > max_mb:
-        given = f"sim.max_memory_mb={cfg.sim.max_memory_mb}" if cfg.sim.max_memory_mb else \
-            f"sim.max_memory_mb (auto {max_mb}, {how})"
-        raise ConfigError(f"this run would need about {est['memory_mb']:.0f} MiB, above {given}; shrink the "
-                          f"workload or raise it with --set sim.max_memory_mb={int(est['memory_mb'] * 1.1) + 1}")
+    check_memory(cfg, est["memory_mb"], f"this run would need about {est['memory_mb']:.0f} MiB",
+                 "shrink the workload")
     return est
 
 
