@@ -42,7 +42,7 @@ def logical_graph(spec: ModelSpec, config: dict, context: int, engine: str = "an
 
 
 def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, ep: int = 1, batch: int = 1,
-            context: int = 4096, chip: str = "sd200-accelerator", engine: str = "analytic",
+            context: int = 4096, chip: str | ChipProfile = "sd200-accelerator", engine: str = "analytic",
             weight_dtype: str = "bf16", dispatch_dtype: str = "fp8", seed: int = 0,
             allow_oversubscribe: bool = True, cost_model: str | None = None, launch: str | None = None,
             runtime: str = "fused", replicas: int = 1):
@@ -56,6 +56,7 @@ def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, 
                          roofline for the fused runtime (shipped traces unchanged), shape for the eager one
     launch               shape model: graph | eager | queue (default: the chip profile's [launch] mode for the fused
                          runtime, eager for the eager runtime)
+    chip                 a profile name or path (load_chip), or a ChipProfile (e.g. one with a parameter replaced)
     runtime              "fused" (a serving engine's fused kernels, the default) or "eager" (one kernel per
                          framework op; fabric.capture.runtime). With engine="torch" the eager kernels come from the
                          recorded aten dispatch sequence of a TP-sharded copy of the model (ep == 1 only).
@@ -69,7 +70,7 @@ def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, 
     plan = Plan(tp=tp, ep=ep, batch=batch, context=context, weight_dtype=weight_dtype,
                 dispatch_dtype=dispatch_dtype, seed=seed, cost_model=cost_model, launch=launch, runtime=runtime)
     plan.check(spec)
-    prof = load_chip(chip)
+    prof = chip if isinstance(chip, ChipProfile) else load_chip(chip)
     if not allow_oversubscribe:
         from fabric.capture.memory import check_fits, memory_plan
         check_fits(memory_plan(spec, plan, prof), prof, plan, spec)

@@ -48,10 +48,10 @@ def replay_trace(tr, cfg, engine: str = ENGINE) -> dict:
     from fabric.network import build
     from fabric.report import step_summary
     graph = lower(tr, cfg)
-    res = sim.run(cfg, build(cfg), graph, engine=engine)
+    res = sim.run(cfg, build(cfg), graph, engine=engine, transfers=False)
     s = step_summary(graph, res.task_start_ps, res.task_end_ps)
     return dict(tpot_us=s["step_us"], compute_us=s["compute_us"], comm_us=s["exposed_comm_us"],
-                comm_fraction=s["comm_fraction"])
+                comm_fraction=s["comm_fraction"], wall_s=res.wall_s)
 
 
 def step(tp: int, *, batch: int = 1, context: int = 4096, weight_dtype: str = "bf16", chip: str = CHIP,

@@ -31,13 +31,12 @@ import numpy as np
 from fabric import sim
 from fabric import trace as tracemod
 from fabric.config import FabricConfig, load_config
-from fabric.lower import lower
 from fabric.network import build
-from fabric.report import step_summary
 from fabric.tools.collective_probe import probe_collective, sizes
 from fabric.tools.latency_probe import probe_latency
 from fabric.tools.link_probe import probe_link
 from fabric.tools import nccl_tests, pool
+from fabric.tools.serving import replay_trace
 
 # The unoptimised (generic) library: the nccl-like profile, fitted on the calibration tables (docs/calibration.md).
 UNOPT = {"collectives.library": "nccl-like"}
@@ -68,15 +67,6 @@ PUBLISHED = {
 
 # ---------------------------------------------------------------- experiments (never read PUBLISHED)
 
-def replay_trace(tr, cfg: FabricConfig, engine: str = "packet") -> dict:
-    """TPOT and the compute / exposed-communication split of one decode step (as fabric.replay, from a Trace)."""
-    graph = lower(tr, cfg)
-    res = sim.run(cfg, build(cfg), graph, engine=engine, transfers=False)
-    s = step_summary(graph, res.task_start_ps, res.task_end_ps)
-    return dict(tpot_us=s["step_us"], compute_us=s["compute_us"], comm_us=s["exposed_comm_us"],
-                comm_fraction=s["comm_fraction"], wall_s=res.wall_s)
-
-
 def shipped_trace():
     return tracemod.read(str(tracemod.default_trace_path()))
 
@@ -84,20 +74,11 @@ def shipped_trace():
 def recapture(fixed_kernel_ns: float | None = None, chip: str = "sd200-accelerator"):
     """The shipped trace's capture (DeepSeek-R1, TP64, batch 1, context 4096, analytic capture engine), redone in
     memory on `chip` with its per-kernel fixed cost replaced: the documented path to vary a compute parameter."""
-    from fabric.capture import Plan, load_chip, logical_graph, resolve_model
-    from fabric.capture import plan as planmod
-    from fabric.capture.spec import spec_from_config
-    import fabric
-    name, mcfg = resolve_model("deepseek-r1")
-    spec = spec_from_config(mcfg, name)
-    plan = Plan(tp=64, ep=1, batch=1, context=4096, weight_dtype="bf16", dispatch_dtype="fp8", seed=0)
+    from fabric.capture import capture, load_chip
     prof = load_chip(chip)
     if fixed_kernel_ns is not None:
         prof = dataclasses.replace(prof, fixed_kernel_ns=float(fixed_kernel_ns))
-    graph = logical_graph(spec, mcfg, 4096, "analytic", seed=0, batch=1)
-    meta = dict(schema_version=1, model=name, model_config=mcfg, tool="fabric-capture/analytic",
-                tool_version=fabric.__version__)
-    return planmod.lower(graph, spec, plan, prof, meta)
+    return capture("deepseek-r1", tp=64, ep=1, batch=1, context=4096, chip=prof)
 
 
 def allreduce_us(cfg: FabricConfig, nbytes: int, engine: str = "packet", topo=None) -> tuple[float, str]:
@@ -111,30 +92,19 @@ def allreduce_us(cfg: FabricConfig, nbytes: int, engine: str = "packet", topo=No
     return r["time_us"], alg
 
 
-def _sweep_configs() -> dict:
-    return {"opt": load_config("sd200"), "unopt": load_config("sd200", overrides=UNOPT),
-            "unopt_hd": load_config("sd200", overrides=UNOPT_HD),
-            "roce": load_config(SCALEOUT_PRESET, overrides=UNOPT)}
+# the AllReduce sweep's systems: optimised sd200, sd200 under the unoptimised (nccl-like) library, nccl-like forced
+# to halving-doubling (information), and the scale-out system running nccl-like
+SWEEP_SYSTEMS = {"opt": ("sd200", {}), "unopt": ("sd200", UNOPT), "unopt_hd": ("sd200", UNOPT_HD),
+                 "roce": (SCALEOUT_PRESET, UNOPT)}
+
+
+def _sweep_config(key: str) -> FabricConfig:
+    preset, overrides = SWEEP_SYSTEMS[key]
+    return load_config(preset, overrides=overrides or None)
 
 
 def _sweep_point(key: str, nbytes: int, engine: str) -> tuple[float, str]:
-    return allreduce_us(_sweep_configs()[key], nbytes, engine)
-
-
-def allreduce_sweep(engine: str = "packet", jobs: int | None = None) -> list[dict]:
-    """AllReduce 16 KB .. 16 MB (doubling) on: optimised sd200, sd200 with the unoptimised (nccl-like) library,
-    scale-out with the nccl-like library, and (information) sd200 with nccl-like forced to halving-doubling.
-    The points are independent: `jobs` processes run them (fabric.tools.pool; 1: serial, the same numbers)."""
-    keys = list(_sweep_configs())
-    points = [(k, b, engine) for b in sizes(*SWEEP) for k in keys]
-    got = dict(zip([(k, b) for k, b, _ in points], pool.pmap(_sweep_point, points[::-1], jobs)[::-1]))
-    rows = []
-    for b in sizes(*SWEEP):
-        row = dict(bytes=b)
-        for k in keys:
-            row[f"{k}_us"], row[f"{k}_algorithm"] = got[(k, b)]
-        rows.append(row)
-    return rows
+    return allreduce_us(_sweep_config(key), nbytes, engine)
 
 
 def latency_ns(cfg: FabricConfig) -> dict:
@@ -191,9 +161,8 @@ def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic",
     sweep, the serving experiments (fabric.tools.serving) and the raw measurements. The figure and calibration
     experiments run in `jobs` processes (default: every core; 1: serial), with identical results."""
     t0 = time.perf_counter()
-    sd = load_config("sd200")
     # every experiment is independent: one pool runs them all, the longest first (fabric.tools.pool)
-    keys = list(_sweep_configs())
+    keys = list(SWEEP_SYSTEMS)
     sweep_pts = [("sweep", k, b, sweep_engine) for b in sizes(*SWEEP)[::-1] for k in keys]
     cal_jobs = [("calibration", i, calibration_engine) for i in range(len(CALIBRATION))] if calibration else []
     jobs_list = [("replay",), ("link",)] + sweep_pts[:len(keys)] + cal_jobs + sweep_pts[len(keys):] + \
