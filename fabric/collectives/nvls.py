@@ -91,13 +91,14 @@ class _Phase:
         rank, peer, nbytes = rank.ravel(), peer.ravel(), nbytes.ravel()
         start = fb.join(rank)
         done = fb.join(peer if op == SW_DOWN else rank)
-        for i in range(len(rank)):
-            k = int(max(1, min(self.C, nbytes[i])))
-            b = int(max(nbytes[i], 1))
-            part = (b * np.arange(1, k + 1)) // k - (b * np.arange(k)) // k
-            ids = fb._add(TRANSFER, np.full(k, rank[i]), peer=peer[i], nbytes=part, op=op)
-            fb.edge(start[i], ids)
-            fb.edge(ids, done[i])
+        k = np.maximum(1, np.minimum(self.C, nbytes))          # stripes per leg
+        b = np.maximum(nbytes, 1)
+        leg = np.repeat(np.arange(len(rank)), k)
+        j = np.arange(len(leg)) - np.repeat(np.cumsum(k) - k, k)   # stripe index within its leg
+        part = b[leg] * (j + 1) // k[leg] - b[leg] * j // k[leg]
+        ids = fb._add(TRANSFER, rank[leg], peer=peer[leg], nbytes=part, op=op)
+        fb.edge(start[leg], ids)
+        fb.edge(ids, done[leg])
         return start, done
 
     def run(self, ready, reduce_load: bool, multicast: bool, chain: str = ""):
