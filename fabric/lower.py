@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 
 from fabric import collectives
-from fabric.collectives.policy import collectives_config
 from fabric.errors import TraceError
 from fabric.phy import PS_PER_NS
 from fabric.taskgraph import COMPUTE, GraphBuilder, TaskGraph
@@ -75,9 +74,6 @@ def _label(trace, r: int, i: int) -> str:
 def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True,
           validate: bool = False) -> TaskGraph:
     """Turn `trace` (fabric.trace.Trace or anything with its attributes) into a TaskGraph."""
-    cc = collectives_config(cfg)
-    if cc.library == "nccl-like":   # its costs depend on the fabric: keep the whole FabricConfig
-        cc = cfg
     R = int(trace.n_ranks)
     tables = list(trace.ops)
     if len(tables) != R:
@@ -161,8 +157,8 @@ def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True
                 if kname == "broadcast":
                     pr = int(peer[row[0]])
                     root = int(gpos[g, pr]) if 0 <= pr < R and gpos[g, pr] >= 0 else 0
-                alg = collectives.select(kname, nb, n, cc)
-                frag = collectives.template(kname, alg, nb, n, cc, root=root, semantics=semantics)
+                alg = collectives.select(kname, nb, n, cfg)
+                frag = collectives.template(kname, alg, nb, n, cfg, root=root, semantics=semantics)
                 batches.setdefault(id(frag), (frag, []))[1].append(k)
             for frag, ks in batches.values():
                 rows = mat[ks]
@@ -191,7 +187,7 @@ def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True
         nbs = coll_bytes[s_ops]
         for nb in np.unique(nbs).tolist():
             sel = np.flatnonzero(nbs == nb)
-            frag = collectives.template("sendrecv", "direct", int(nb), 2, cc, semantics=semantics)
+            frag = collectives.template("sendrecv", "direct", int(nb), 2, cfg, semantics=semantics)
             pair = np.stack([s_ops[sel], r_ops[sel]], axis=1)
             labels = [_label(trace, int(op_rank[a]), int(op_local[a])) for a in s_ops[sel]]
             start, done, _ = b.add_fragments(frag, op_rank[pair], streams=stream[pair], labels=labels)

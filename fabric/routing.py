@@ -150,18 +150,6 @@ def _orientation(topo: Topology) -> np.ndarray:
 _ENUMERATION_LIMIT = 4096
 
 
-def _spread(found: list, k: int) -> list:
-    """At most k of the enumerated paths, taken with a stride coprime to their count so that every branch point
-    (port, NIC, link) keeps several choices instead of the first k depth-first paths sharing their first hops."""
-    n = len(found)
-    if n <= k:
-        return found
-    stride = max(1, n // k)
-    while np.gcd(stride, n) != 1:
-        stride += 1
-    return [found[(i * stride) % n] for i in range(k)]
-
-
 def _select(found: list, k: int) -> list:
     """The candidates of one pair from its enumerated shortest legal paths.
 
