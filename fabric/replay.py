@@ -32,13 +32,8 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     t0 = time.perf_counter()
     graph = lower(tr, cfg)
     lower_s = time.perf_counter() - t0
-    if timeline:
-        from fabric import timeline as tl
-        with tl.recording() as runs:
-            res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False)
-        tl_stats = tl.write(timeline, runs[-1], trace=tr, meta=dict(trace=path, preset=preset, engine=engine))
-        del runs
-    else:
+    from fabric import timeline as tl
+    with tl.to_file(timeline, tr, meta=dict(trace=path, preset=preset, engine=engine)) as tl_info:
         res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False)
     start, end = res.task_start_ps, res.task_end_ps
     step = step_summary(graph, start, end, task_layers(graph, tr))
@@ -66,5 +61,5 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         tasks=int(graph.n_tasks), events=int(res.events), lower_s=lower_s, wall_s=res.wall_s,
     )
     if timeline:
-        out["timeline"] = dict(path=timeline, **{k: v for k, v in tl_stats.items()})
+        out["timeline"] = tl_info
     return out
