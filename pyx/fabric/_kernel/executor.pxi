@@ -55,13 +55,8 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
                 p = xf.path
                 when = analytic_oneway(s, p, 0, <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B), when, False)
                 xf = &s.xf[xf.partner]
-            if xf.kind == 3:                   # in-switch leg: the one hop of its route it crosses
-                key = 0 if xf.hv0 == s.path_hv[s.path_ptr[xf.path]] else path_len(s, xf.path) - 1
-                when = analytic_oneway(s, xf.path, xf.total_B, <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B),
-                                       when, True, key, key + 1)
-            else:
-                when = analytic_oneway(s, xf.path, xf.total_B,
-                                       <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B), when, True)
+            when = analytic_oneway(s, xf.path, xf.total_B, <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B),
+                                   when, True, xf.h0, xf.h0 + xf.hops)   # an in-switch leg: its one hop
             return c_push(&s.heap, when + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
         return c_push_lane(&s.heap, k, when, EV_XFER_INJECT, -1, x, 0, 0)
     if s.t_stream[t] >= 0:

@@ -343,6 +343,7 @@ cdef void switch_leg(SimC* s, int32_t x, int8_t op) noexcept nogil:
     n = path_len(s, xf.path)
     if op == 3:
         xf.hv0 = s.path_hv[s.path_ptr[xf.path] + n - 1]
+        xf.h0 = <int16_t>(n - 1)
     xf.at1 = -1
     xf.hops = 1
 

@@ -125,13 +125,14 @@ cdef struct XferC:
     int32_t next               # intrusive link in an injection queue
     int32_t fseq_next          # next packet number carved
     int8_t cls                 # traffic class: 0 request VC, 1 response VC
-    int8_t kind                # 0 store, 1 load request flow, 2 load response flow
+    int8_t kind                # 0 store, 1 load request flow, 2 load response flow, 3 in-switch leg
     int8_t queued              # 1 while in an injection queue
     int8_t status              # 0 ok, 1 unsupported request
     int32_t hv0                # first hop of its route: channel << vcl_bits | VC level
     int32_t at1                # route-graph node of its second hop (-1: one hop)
-    int16_t hops               # hops of its route
-    int8_t _pad1[6]
+    int16_t hops               # hops of its route it crosses
+    int16_t h0                 # first of them (0; an in-switch DOWN leg: the route's last hop)
+    int8_t _pad1[4]
     # -- line 2: delivery (at the destination)
     int64_t total_B            # bytes to move
     int64_t delivered_B        # bytes delivered at the destination
