@@ -21,14 +21,9 @@ def _heap_returns_large_blocks() -> None:
     graph's, the engine's) come from the heap and what lowering freed stays resident. A fixed 1 MiB threshold gives
     every large numpy array its own mapping, returned when freed: peak RSS of fabric-replay 332 -> 315 MB on the
     shipped step, 4.65 -> 4.26 GB on 1024 ranks, and no slower. Commands only (not the library); results are
-    unaffected. A no-op where mallopt is missing."""
-    try:
-        import ctypes
-        import ctypes.util
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, 1 << 20)        # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):    # pragma: no cover - not glibc
-        pass
+    unaffected. fabric-sweep's workers set the opposite (fabric.tools.sweep)."""
+    from fabric._malloc import set_thresholds
+    set_thresholds(mmap=1 << 20)
 
 
 if sys.platform.startswith("linux"):

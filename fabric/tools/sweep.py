@@ -185,14 +185,8 @@ def _tune_malloc() -> None:
     if _TUNED:
         return
     _TUNED = True
-    try:
-        import ctypes
-        import ctypes.util
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-1, 256 << 20)    # M_TRIM_THRESHOLD
-        libc.mallopt(-3, 32 << 20)     # M_MMAP_THRESHOLD (glibc's maximum on 64-bit)
-    except (OSError, AttributeError):  # not glibc: nothing to tune
-        pass
+    from fabric._malloc import set_thresholds
+    set_thresholds(trim=256 << 20, mmap=32 << 20)     # 32 MiB: glibc's largest mmap threshold on 64-bit
 
 
 def run_point(point: Point, cache: str = ".fabric-sweep-cache") -> dict:
