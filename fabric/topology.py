@@ -374,6 +374,18 @@ def local_index(topo: Topology) -> np.ndarray:
     return out
 
 
+def domain_groups(topo: Topology, n: int, min_size: int = 1) -> list[list[int]] | None:
+    """Ranks 0..n-1 by host domain (domains in id order, ranks ascending), or None unless they form >= 2 domains of
+    one size, at least min_size each."""
+    if n > topo.n_ranks:
+        return None
+    dom = topo.node_domain[:n]
+    groups = [[r for r in range(n) if dom[r] == d] for d in sorted(set(int(x) for x in dom))]
+    if len(groups) < 2 or len({len(g) for g in groups}) != 1 or len(groups[0]) < min_size:
+        return None
+    return groups
+
+
 def ring_order(topo: Topology, ranks=None) -> list[int]:
     """Order a group of ranks (default: all) into a ring whose consecutive members are topologically close.
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabric.errors import ConfigError
+from fabric.topology import domain_groups
 
 LIBRARIES = ("sd200", "nccl-like")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -303,32 +304,19 @@ def _ring_hops(view: FabricView, n: int):
 
 def _domains(view: FabricView, n: int):
     """(domains N, ranks per domain g) when ranks 0..n-1 form >= 2 equal domains of >= 2 that a NIC joins."""
-    t = view.topo
-    if n > t.n_ranks:
-        return None
-    dom = t.node_domain[:n]
-    ids, cnt = np.unique(dom, return_counts=True)
-    if len(ids) < 2 or len(set(cnt.tolist())) != 1 or cnt[0] < 2:
-        return None
-    first = [int(np.flatnonzero(dom == d)[0]) for d in ids[:2]]
-    if not view.crosses_nic(first[0], first[1]):
-        return None
-    return len(ids), int(cnt[0])
+    groups = _nic_joined(view, domain_groups(view.topo, n, 2))
+    return None if groups is None else (len(groups), len(groups[0]))
 
 
 def tree_groups(view: FabricView, n: int):
     """The nodes of a double binary tree call (fabric/collectives/tree.py): ranks 0..n-1 by host domain, or None
     unless they form >= 2 equal domains (of >= 1 rank) joined by a NIC."""
-    t = view.topo
-    if n > t.n_ranks:
-        return None
-    dom = t.node_domain[:n]
-    groups = [[r for r in range(n) if dom[r] == d] for d in sorted(set(int(x) for x in dom))]
-    if len(groups) < 2 or len({len(g) for g in groups}) != 1:
-        return None
-    if not view.crosses_nic(groups[0][0], groups[1][0]):
-        return None
-    return groups
+    return _nic_joined(view, domain_groups(view.topo, n, 1))
+
+
+def _nic_joined(view: FabricView, groups):
+    """groups, when a NIC joins the first two (the domains are hosts of a scale-out fabric), else None."""
+    return groups if groups is not None and view.crosses_nic(groups[0][0], groups[1][0]) else None
 
 
 def tree_domains(view: FabricView, n: int):

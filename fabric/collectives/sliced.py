@@ -27,6 +27,7 @@ import numpy as np
 
 from fabric.collectives._frag import FragBuilder, bounds
 from fabric.taskgraph import BUF_IN, BUF_OUT, BUF_TMP, COMPUTE
+from fabric.topology import domain_groups
 
 
 class _Rings:
@@ -202,15 +203,7 @@ def allreduce(fb, ready, nbytes):
 def domains(fb):
     """The groups of a hierarchical call: positions by host domain (ranks 0..n-1 of the fabric), or None when the
     positions do not form >= 2 domains of equal size >= 2."""
-    topo = fb.view.topo
-    if fb.n > topo.n_ranks:
-        return None
-    dom = topo.node_domain[:fb.n]
-    ids = sorted(set(int(d) for d in dom))
-    groups = [[r for r in range(fb.n) if dom[r] == d] for d in ids]
-    if len(groups) < 2 or len({len(g) for g in groups}) != 1 or len(groups[0]) < 2:
-        return None
-    return groups
+    return domain_groups(fb.view.topo, fb.n, 2)
 
 
 def hierarchical(fb, ready, nbytes):
