@@ -271,13 +271,10 @@ def _build_hosts(cfg: FabricConfig, kind: str) -> Topology:
     for r in range(R):
         b.node(f"acc{r}", ACCEL, domain=r // A)
     sw_lat = ps(cfg.switch.latency_ns)
-    if hgx:
-        hsw = [[b.node(f"nvsw{h}.{p}" if P > 1 else f"nvsw{h}", SWITCH, domain=h, latency_ps=sw_lat,
-                       forwards=True) for p in range(P)] for h in range(H)]
-        reducing = [x for row in hsw for x in row] if cfg.switch.reduction else []
-    else:
-        hsw = [[b.node(f"hsw{h}", SWITCH, domain=h, latency_ps=sw_lat, forwards=True)] for h in range(H)]
-        reducing = [x for row in hsw for x in row] if cfg.switch.reduction else []
+    name = (lambda h, p: f"nvsw{h}.{p}" if P > 1 else f"nvsw{h}") if hgx else (lambda h, p: f"hsw{h}")
+    hsw = [[b.node(name(h, p), SWITCH, domain=h, latency_ps=sw_lat, forwards=True) for p in range(P)]
+           for h in range(H)]
+    reducing = [x for row in hsw for x in row] if cfg.switch.reduction else []
     for r in range(R):
         for p in range(P):
             for _ in range(split[p]):
