@@ -390,9 +390,6 @@ def _parse(f) -> tuple[Trace | None, list[str]]:
         except (ValueError, TypeError):
             problems.append("/ attribute meta_json is not a JSON object")
             meta = {}
-        missing = [k for k in META_KEYS if k not in meta]
-        if missing:
-            problems.append(f"/ meta_json lacks {', '.join(missing)}")
     nr = _attr(f, "n_ranks", problems)
     n_ranks = None
     if nr is not None:
@@ -516,6 +513,9 @@ def _check_meta(meta) -> list[str]:
 
 def _check_trace(trace: Trace, table_of_rank=None) -> list[str]:
     problems: list[str] = _check_meta(trace.meta)
+    missing = [k for k in META_KEYS if isinstance(trace.meta, dict) and k not in trace.meta]
+    if missing:
+        problems.append(f"/ meta_json lacks {', '.join(missing)}")
     n_ranks = trace.n_ranks
     if not isinstance(n_ranks, (int, np.integer)) or isinstance(n_ranks, bool) or not 1 <= n_ranks <= 1 << 20:
         return problems + [f"n_ranks={n_ranks!r} must be an integer in [1, {1 << 20}]"]

@@ -58,3 +58,33 @@ def validate(file):
             click.echo(f"  - {p}", err=True)
         sys.exit(1)
     click.echo(f"{file}: valid (trace format v{T.SCHEMA_VERSION})")
+
+
+@main.command("export-chakra", help="Write a trace as Chakra execution traces (one <prefix>.<rank>.et file per rank, "
+                                    "as ASTRA-sim reads them) into a directory.")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="directory to write into (created if missing)")
+@click.option("--prefix", default="fabric", show_default=True, help="file name prefix: <prefix>.<rank>.et")
+@friendly
+def export_chakra(file, out_dir, prefix):
+    from fabric import chakra, trace as T
+    tr = T.read(file)
+    paths = chakra.export_trace(tr, out_dir, prefix)
+    total = sum(p.stat().st_size for p in paths)
+    click.echo(f"{file}: {tr.n_ranks} ranks -> {len(paths)} Chakra files in {out_dir} ({total:,} B)")
+
+
+@main.command("import-chakra", help="Read a directory of Chakra execution traces (one <prefix>.<rank>.et per rank) "
+                                    "into a fabric trace file.")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("-o", "--out", "out_file", required=True, type=click.Path(dir_okay=False),
+              help="trace file to write (HDF5)")
+@friendly
+def import_chakra(directory, out_file):
+    check_writable(out_file, "-o")
+    from fabric import chakra, trace as T
+    tr = chakra.import_trace(directory)
+    T.write(out_file, tr)
+    n_ops = sum(len(t) for t in tr.ops)
+    click.echo(f"{directory}: {tr.n_ranks} ranks, {n_ops:,} ops, {len(tr.groups)} communicator groups -> {out_file}")

@@ -1,0 +1,249 @@
+"""Chakra execution traces (the format ASTRA-sim and its users exchange) to and from fabric traces.
+
+`export_trace(trace, out_dir)` writes one `<prefix>.<rank>.et` file per rank; `import_trace(in_dir)` reads such a
+directory back into a `fabric.trace.Trace`. docs/trace-format.md §Chakra says how every column maps. Export then
+import gives the same ops, sizes and dependencies: the Chakra fields carry what other tools read (`duration_micros`,
+`num_ops`, `tensor_size`, `comm_type`, `comm_size`, `comm_src`, `comm_dst`, `pg_name`), and `fabric.*` attributes
+carry the exact values that Chakra's fields would round (durations in ns, flops as a double, the group id).
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from fabric import __version__, trace as T
+from fabric.errors import TraceError
+
+try:
+    from fabric.chakra import schema as S
+except ImportError as exc:  # protobuf missing: one line that says how to get it
+    raise TraceError("Chakra import/export needs the protobuf package: pip install 'scaleup-fabric[chakra]' "
+                     f"(or pip install protobuf) ({exc})") from None
+
+# fabric collective kind -> Chakra CollectiveCommType, and the factor from coll_bytes to comm_size (the larger of
+# the two buffers, the size ASTRA-sim's collective model takes: allgather's output, reduce_scatter's input)
+_TO_CHAKRA = {T.COLL_ALLREDUCE: ("ALL_REDUCE", False), T.COLL_ALLGATHER: ("ALL_GATHER", True),
+              T.COLL_REDUCE_SCATTER: ("REDUCE_SCATTER", True), T.COLL_ALLTOALL: ("ALL_TO_ALL", True),
+              T.COLL_BROADCAST: ("BROADCAST", False)}
+_FROM_CHAKRA = {S.COLLECTIVE_TYPES.index(name): (kind, scaled) for kind, (name, scaled) in _TO_CHAKRA.items()}
+_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
+U64_MAX = (1 << 64) - 1
+
+
+def _attr(name, **value):
+    return S.AttributeProto(name=name, **value)
+
+
+def _metadata(trace: T.Trace) -> bytes:
+    return S.framed(S.GlobalMetadata(version=S.CHAKRA_VERSION, attr=[
+        _attr("fabric.meta_json", string_val=json.dumps(trace.meta, sort_keys=True)),
+        _attr("fabric.groups", string_val=json.dumps(trace.groups)),
+        _attr("fabric.n_ranks", int64_val=trace.n_ranks)]))
+
+
+def _node(t: T.OpTable, i: int, rank: int, sizes: np.ndarray) -> bytes:
+    kind = int(t.kind[i])
+    n = S.Node(id=i, name=str(t.name[i]), data_deps=[int(d) for d in t.deps(i)],
+               duration_micros=int(round(float(t.duration_ns[i]) / 1e3)))
+    attrs = [_attr("is_cpu_op", bool_val=False), _attr("fabric.stream", int32_val=int(t.stream[i])),
+             _attr("fabric.layer", int32_val=int(t.layer[i])), _attr("fabric.module", string_val=str(t.module[i]))]
+    if kind == T.KIND_COMPUTE:
+        n.type = S.COMP_NODE
+        attrs += [_attr("num_ops", uint64_val=min(int(t.flops[i]), U64_MAX)),
+                  _attr("tensor_size", uint64_val=min(int(t.bytes[i]), U64_MAX)),
+                  _attr("fabric.duration_ns", double_val=float(t.duration_ns[i])),
+                  _attr("fabric.flops", double_val=float(t.flops[i])),
+                  _attr("fabric.bytes", double_val=float(t.bytes[i]))]
+    elif kind == T.KIND_COLLECTIVE:
+        coll = int(t.coll_kind[i])
+        name, scaled = _TO_CHAKRA[coll]
+        group = int(t.group[i])
+        size = int(t.coll_bytes[i]) * (int(sizes[group]) if scaled else 1)
+        n.type = S.COMM_COLL_NODE
+        attrs += [_attr("comm_type", int64_val=S.COLLECTIVE_TYPES.index(name)), _attr("comm_size", int64_val=size),
+                  _attr("pg_name", string_val=str(group)), _attr("fabric.group", int32_val=group),
+                  _attr("fabric.coll_bytes", int64_val=int(t.coll_bytes[i]))]
+    else:
+        send = kind == T.KIND_SEND
+        peer = int(t.peer[i])
+        n.type = S.COMM_SEND_NODE if send else S.COMM_RECV_NODE
+        attrs += [_attr("comm_src", int64_val=rank if send else peer), _attr("comm_dst", int64_val=peer if send else rank),
+                  _attr("comm_size", int64_val=int(t.coll_bytes[i])), _attr("comm_tag", int64_val=0)]
+    n.attr.extend(attrs)
+    return S.framed(n)
+
+
+def export_trace(trace: T.Trace, out_dir, prefix: str = "fabric") -> list[Path]:
+    """Write one Chakra ET file per rank into out_dir (created if missing); returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sizes = np.array([len(g) for g in trace.groups], np.int64)
+    head = _metadata(trace)
+    paths, done = [], {}
+    for rank, t in enumerate(trace.ops):
+        # ranks sharing one table (a TP trace) differ only in the ranks named by their send/recv nodes
+        body = done.get(id(t)) if not np.any(t.kind >= T.KIND_SEND) else None
+        if body is None:
+            body = b"".join(_node(t, i, rank, sizes) for i in range(len(t)))
+            done[id(t)] = body
+        p = out / f"{prefix}.{rank}.et"
+        p.write_bytes(head + body)
+        paths.append(p)
+    return paths
+
+
+def _rank_files(in_dir) -> list[Path]:
+    d = Path(in_dir)
+    if not d.is_dir():
+        raise TraceError(f"{d}: not a directory; give the directory that holds the <prefix>.<rank>.et files")
+    found = {}
+    for p in d.iterdir():
+        m = _FILE.match(p.name)
+        if m:
+            found.setdefault(m["prefix"], {})[int(m["rank"])] = p
+    if not found:
+        raise TraceError(f"{d}: no Chakra files named <prefix>.<rank>.et")
+    if len(found) > 1:
+        raise TraceError(f"{d}: files of several traces ({', '.join(sorted(found))}); keep one prefix per directory")
+    (prefix, ranks), = found.items()
+    missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+    if missing:
+        raise TraceError(f"{d}: ranks {missing[:8]} of {prefix} have no .et file; ranks must be 0..N-1")
+    return [ranks[r] for r in range(len(ranks))]
+
+
+def _attrs(msg) -> dict:
+    out = {}
+    for a in msg.attr:
+        which = a.WhichOneof("value")
+        v = getattr(a, which) if which else None
+        out[a.name] = list(v.values) if which == "int64_list" else v
+    return out
+
+
+def _read_rank(path: Path, data: bytes) -> tuple[dict, list]:
+    try:
+        chunks = list(S.unframe(data))
+        if not chunks:
+            raise ValueError("the file is empty")
+        meta = _attrs(S.GlobalMetadata.FromString(chunks[0]))
+        nodes = [S.Node.FromString(c) for c in chunks[1:]]
+    except Exception as exc:  # DecodeError, ValueError: a file that is not a Chakra ET file
+        raise TraceError(f"{path}: not a readable Chakra execution trace ({exc})") from None
+    return meta, nodes
+
+
+def _ordered(nodes, path) -> list:
+    """Nodes in an order where each comes after its dependencies (file order where it already is): ops of one
+    stream run in table order, so a node listed before one it waits for would wait for ever."""
+    pos = {}
+    for k, n in enumerate(nodes):
+        if n.id in pos:
+            raise TraceError(f"{path}: node id {n.id} appears twice")
+        pos[n.id] = k
+    deps = [[pos[d] for d in (*n.data_deps, *n.ctrl_deps) if d in pos] for n in nodes]
+    dangling = [(n.id, d) for n in nodes for d in (*n.data_deps, *n.ctrl_deps) if d not in pos]
+    if dangling:
+        raise TraceError(f"{path}: node {dangling[0][0]} depends on node {dangling[0][1]}, which is not in the file")
+    succ = [[] for _ in nodes]
+    left = [len(d) for d in deps]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            succ[d].append(k)
+    ready = [k for k in range(len(nodes)) if not left[k]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for s in succ[k]:
+            left[s] -= 1
+            if not left[s]:
+                heapq.heappush(ready, s)
+    if len(order) < len(nodes):
+        raise TraceError(f"{path}: the dependencies form a cycle")
+    return [nodes[k] for k in order]
+
+
+def _row(n, a: dict, groups: dict, path) -> dict:
+    row = dict(name=n.name, stream=int(a.get("fabric.stream", 0)), layer=int(a.get("fabric.layer", -1)),
+               module=str(a.get("fabric.module", "")))
+    if n.type in (S.COMP_NODE, S.MEM_LOAD_NODE, S.MEM_STORE_NODE):
+        row.update(kind=T.KIND_COMPUTE, duration_ns=float(a.get("fabric.duration_ns", n.duration_micros * 1e3)),
+                   flops=float(a.get("fabric.flops", a.get("num_ops", 0))),
+                   bytes=float(a.get("fabric.bytes", a.get("tensor_size", 0))))
+    elif n.type == S.COMM_COLL_NODE:
+        ctype = int(a.get("comm_type", -1))
+        if ctype not in _FROM_CHAKRA:
+            name = S.COLLECTIVE_TYPES[ctype] if 0 <= ctype < len(S.COLLECTIVE_TYPES) else ctype
+            raise TraceError(f"{path}: node {n.id} ({n.name}) is a {name} collective; fabric replays "
+                             f"{', '.join(v[0] for v in _TO_CHAKRA.values())}")
+        kind, scaled = _FROM_CHAKRA[ctype]
+        pg = str(a.get("pg_name", ""))
+        row.update(kind=T.KIND_COLLECTIVE, coll_kind=kind, group=groups.setdefault(pg, len(groups)),
+                   coll_bytes=int(a["fabric.coll_bytes"]) if "fabric.coll_bytes" in a else int(a.get("comm_size", 0)),
+                   _scaled=scaled and "fabric.coll_bytes" not in a)
+    elif n.type in (S.COMM_SEND_NODE, S.COMM_RECV_NODE):
+        send = n.type == S.COMM_SEND_NODE
+        row.update(kind=T.KIND_SEND if send else T.KIND_RECV, coll_kind=T.COLL_SENDRECV,
+                   coll_bytes=int(a.get("comm_size", 0)), peer=int(a.get("comm_dst" if send else "comm_src", -1)))
+    else:
+        name = S.NODE_TYPES[n.type] if 0 <= n.type < len(S.NODE_TYPES) else n.type
+        raise TraceError(f"{path}: node {n.id} ({n.name}) is a {name}; fabric replays compute, collective, "
+                         "send and receive nodes")
+    return row
+
+
+def import_trace(in_dir) -> T.Trace:
+    """Read a directory of Chakra ET files (one per rank) into a Trace; TraceError naming the file and node for
+    anything fabric cannot replay. Traces that fabric wrote come back exactly; others get their communicator groups
+    from `pg_name` (each name one group of the ranks that use it; none: all ranks) and default metadata."""
+    files = _rank_files(in_dir)
+    meta0 = None
+    groups_of = {}                      # pg_name -> group id (fabric's own traces: the id itself)
+    tables, members, parsed = [], {}, {}
+    for rank, path in enumerate(files):
+        data = path.read_bytes()
+        if data not in parsed:          # the ranks of a TP trace have identical files: parse one
+            meta, nodes = _read_rank(path, data)
+            nodes = _ordered(nodes, path)
+            where = {n.id: k for k, n in enumerate(nodes)}
+            parsed[data] = (meta, [_row(n, _attrs(n), groups_of, path) for n in nodes],
+                            [sorted(where[d] for d in (*n.data_deps, *n.ctrl_deps)) for n in nodes])
+        meta, rows, deps = parsed[data]
+        meta0 = meta0 if meta0 is not None else meta
+        for r in rows:
+            if r["kind"] == T.KIND_COLLECTIVE:
+                members.setdefault(r["group"], set()).add(rank)
+        tables.append((rows, deps))
+    if "fabric.groups" in meta0:
+        groups = json.loads(meta0["fabric.groups"])
+        gid = {str(g): g for g in range(len(groups))}
+        remap = {v: int(gid.get(k, v)) for k, v in groups_of.items()}
+    else:
+        groups = [sorted(members.get(g, range(len(files)))) for g in range(len(groups_of))]
+        remap = {g: g for g in groups_of.values()}
+    ops, built = [], {}
+    for rows, deps in tables:
+        if id(rows) not in built:       # ranks with identical files share one table, as fabric.trace.read gives
+            for r in rows:
+                if r["kind"] == T.KIND_COLLECTIVE:
+                    r["group"] = remap[r["group"]]
+                    if r.pop("_scaled"):
+                        r["coll_bytes"] //= max(len(groups[r["group"]]), 1)
+            built[id(rows)] = T.OpTable.from_rows(rows, deps)
+        ops.append(built[id(rows)])
+    meta = json.loads(meta0["fabric.meta_json"]) if "fabric.meta_json" in meta0 else dict(
+        schema_version=T.SCHEMA_VERSION, model=Path(in_dir).name, model_config={},
+        plan=dict(tp=len(files), ep=1, dp=1, n_ranks=len(files)), batch=1, context=0, chip="unknown",
+        tool="chakra-import", tool_version=__version__)
+    trace = T.Trace(meta=meta, n_ranks=len(files), groups=groups, ops=ops)
+    problems = T._check_trace(trace)
+    if problems:
+        raise TraceError(f"{in_dir}: the imported trace is not valid: {problems[0]}"
+                         + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    return trace

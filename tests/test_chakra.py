@@ -1,0 +1,146 @@
+"""Chakra execution traces: export then import gives the same trace; files other tools write import; bad input is
+one line and exit 2."""
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fabric import chakra, trace as T
+from fabric.chakra import schema as S
+from fabric.cli.trace import main as trace_cli
+from fabric.errors import TraceError
+
+
+def same_trace(a: T.Trace, b: T.Trace) -> None:
+    assert (a.n_ranks, a.groups, a.meta) == (b.n_ranks, b.groups, b.meta)
+    for r, (x, y) in enumerate(zip(a.ops, b.ops)):
+        for c in T.COLUMNS:
+            assert np.array_equal(getattr(x, c), getattr(y, c)), (r, c)
+
+
+def mixed_trace() -> T.Trace:
+    """4 ranks, three groups, every op kind: compute on two streams, allreduce, allgather, reduce_scatter,
+    alltoall, broadcast, and a send/recv ring."""
+    groups = [[0, 1, 2, 3], [0, 1], [2, 3]]
+    tables = []
+    for r in range(4):
+        pair = 1 if r < 2 else 2
+        rows = [dict(name="gemm", duration_ns=1234.5, flops=3.3e9, bytes=7.5e6, layer=0, module="m.0"),
+                dict(name="norm", stream=1, duration_ns=0.25, flops=1.0, bytes=2.0, layer=0),
+                dict(name="ar", kind=T.KIND_COLLECTIVE, coll_kind=T.COLL_ALLREDUCE, coll_bytes=14336, group=0),
+                dict(name="ag", kind=T.KIND_COLLECTIVE, coll_kind=T.COLL_ALLGATHER, coll_bytes=4040, group=pair),
+                dict(name="rs", kind=T.KIND_COLLECTIVE, coll_kind=T.COLL_REDUCE_SCATTER, coll_bytes=3, group=0),
+                dict(name="a2a", kind=T.KIND_COLLECTIVE, coll_kind=T.COLL_ALLTOALL, coll_bytes=777, group=0),
+                dict(name="bc", kind=T.KIND_COLLECTIVE, coll_kind=T.COLL_BROADCAST, coll_bytes=64, group=pair),
+                dict(name="send", kind=T.KIND_SEND, coll_kind=T.COLL_SENDRECV, coll_bytes=4096, peer=(r + 1) % 4),
+                dict(name="recv", kind=T.KIND_RECV, coll_kind=T.COLL_SENDRECV, coll_bytes=4096, peer=(r - 1) % 4)]
+        deps = [[], [], [0, 1], [2], [3], [4], [5], [6], [6]]
+        tables.append(T.OpTable.from_rows(rows, deps))
+    meta = dict(schema_version=1, model="mixed", model_config={}, plan=dict(tp=4), batch=2, context=5, chip="h200",
+                tool="test", tool_version="0")
+    return T.Trace(meta=meta, n_ranks=4, groups=groups, ops=tables)
+
+
+def test_export_import_round_trip_of_the_shipped_trace(tmp_path):
+    tr = T.read(T.default_trace_path())
+    paths = chakra.export_trace(tr, tmp_path)
+    assert [p.name for p in paths] == [f"fabric.{r}.et" for r in range(tr.n_ranks)]
+    same_trace(tr, chakra.import_trace(tmp_path))
+
+
+def test_export_import_round_trip_of_every_op_kind(tmp_path):
+    tr = mixed_trace()
+    chakra.export_trace(tr, tmp_path, prefix="mixed")
+    back = chakra.import_trace(tmp_path)
+    same_trace(tr, back)
+    T.write(tmp_path / "back.h5", back)          # and it is a valid trace file
+    same_trace(tr, T.read(tmp_path / "back.h5"))
+
+
+def test_exported_nodes_carry_the_fields_other_tools_read(tmp_path):
+    chakra.export_trace(mixed_trace(), tmp_path)
+    chunks = list(S.unframe((tmp_path / "fabric.1.et").read_bytes()))
+    assert S.GlobalMetadata.FromString(chunks[0]).version == S.CHAKRA_VERSION
+    nodes = [S.Node.FromString(c) for c in chunks[1:]]
+    attrs = [{a.name: getattr(a, a.WhichOneof("value")) for a in n.attr} for n in nodes]
+    assert nodes[0].type == S.COMP_NODE and nodes[0].duration_micros == 1 and attrs[0]["num_ops"] == 3_300_000_000
+    assert list(nodes[2].data_deps) == [0, 1]
+    ag = attrs[3]     # allgather over 2 ranks: comm_size is the gathered output
+    assert nodes[3].type == S.COMM_COLL_NODE and ag["comm_type"] == S.COLLECTIVE_TYPES.index("ALL_GATHER")
+    assert ag["comm_size"] == 2 * 4040 and ag["pg_name"] == "1"
+    assert nodes[7].type == S.COMM_SEND_NODE and (attrs[7]["comm_src"], attrs[7]["comm_dst"]) == (1, 2)
+    assert nodes[8].type == S.COMM_RECV_NODE and (attrs[8]["comm_src"], attrs[8]["comm_dst"]) == (0, 1)
+
+
+def _write_foreign(d, n_ranks=8, reorder=True):
+    """What ASTRA-sim's own generators write: no fabric attributes, sizes as comm_size, nodes in any order."""
+    for r in range(n_ranks):
+        gemm = S.Node(id=1, name="gemm", type=S.COMP_NODE, duration_micros=10)
+        ar = S.Node(id=2, name="allreduce", type=S.COMM_COLL_NODE, data_deps=[1])
+        ar.attr.extend([S.AttributeProto(name="comm_type", int64_val=0),
+                        S.AttributeProto(name="comm_size", int64_val=1 << 20)])
+        ag = S.Node(id=3, name="allgather", type=S.COMM_COLL_NODE, ctrl_deps=[2])
+        ag.attr.extend([S.AttributeProto(name="comm_type", int64_val=S.COLLECTIVE_TYPES.index("ALL_GATHER")),
+                        S.AttributeProto(name="comm_size", int64_val=n_ranks * 4096)])
+        meta = S.GlobalMetadata(version="0.0.4")
+        nodes = (ag, ar, gemm) if reorder else (gemm, ar, ag)
+        (d / f"astra.{r}.et").write_bytes(b"".join(S.framed(m) for m in (meta, *nodes)))
+
+
+def test_import_of_a_foreign_trace(tmp_path):
+    _write_foreign(tmp_path)
+    tr = chakra.import_trace(tmp_path)
+    assert tr.n_ranks == 8 and tr.groups == [list(range(8))]
+    t = tr.ops[0]
+    assert list(t.name) == ["gemm", "allreduce", "allgather"]     # reordered after their dependencies
+    assert t.duration_ns[0] == 10_000.0
+    assert list(t.coll_bytes[1:]) == [1 << 20, 4096]            # allgather: per-rank contribution
+    assert [list(t.deps(i)) for i in range(3)] == [[], [0], [1]]
+
+
+def test_cli_round_trip_and_replay(tmp_path):
+    (tmp_path / "in").mkdir()
+    _write_foreign(tmp_path / "in")
+    r = CliRunner().invoke(trace_cli, ["import-chakra", str(tmp_path / "in"), "-o", str(tmp_path / "t.h5")])
+    assert r.exit_code == 0, r.output
+    assert "8 ranks, 24 ops" in r.output
+    r = CliRunner().invoke(trace_cli, ["export-chakra", str(tmp_path / "t.h5"), "-o", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    same_trace(T.read(tmp_path / "t.h5"), chakra.import_trace(tmp_path / "out"))
+    from fabric.config import load_config
+    from fabric.replay import replay
+    res = replay(str(tmp_path / "t.h5"), load_config("dgx-h100"), engine="analytic", preset="dgx-h100")
+    assert res["compute_us"] == pytest.approx(10.0) and res["tpot_us"] > res["compute_us"]
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing_dir", "not a directory"),
+    ("empty_dir", "no Chakra files"),
+    ("gap", "have no .et file"),
+    ("garbage", "not a readable Chakra execution trace"),
+    ("truncated", "not a readable Chakra execution trace"),
+    ("reduce", "is a REDUCE collective"),
+    ("dangling", "which is not in the file"),
+    ("cycle", "form a cycle"),
+])
+def test_bad_chakra_input_is_one_line(tmp_path, case, message):
+    d = tmp_path / "in"
+    d.mkdir()
+    meta = S.framed(S.GlobalMetadata(version="0.0.4"))
+    if case == "gap":
+        for r in (0, 2):
+            (d / f"x.{r}.et").write_bytes(meta)
+    elif case == "garbage":
+        (d / "x.0.et").write_bytes(b"\xff" * 40)
+    elif case == "truncated":
+        (d / "x.0.et").write_bytes(meta + S.framed(S.Node(id=1, name="gemm"))[:-2])
+    elif case in ("reduce", "dangling", "cycle"):
+        a = S.Node(id=1, name="a", type=S.COMM_COLL_NODE if case == "reduce" else S.COMP_NODE,
+                   data_deps=[9] if case == "dangling" else [2] if case == "cycle" else [])
+        a.attr.append(S.AttributeProto(name="comm_type", int64_val=S.COLLECTIVE_TYPES.index("REDUCE")))
+        b = S.Node(id=2, name="b", type=S.COMP_NODE, data_deps=[1])
+        (d / "x.0.et").write_bytes(meta + S.framed(a) + S.framed(b))
+    src = tmp_path / "nope" if case == "missing_dir" else d
+    with pytest.raises(TraceError, match=message):
+        chakra.import_trace(src)
+    r = CliRunner().invoke(trace_cli, ["import-chakra", str(src), "-o", str(tmp_path / "t.h5")])
+    assert r.exit_code == 2 and message in r.output and r.output.count("\n") == 1
