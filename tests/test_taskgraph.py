@@ -1,6 +1,7 @@
 """TaskGraph / GraphBuilder: contract arrays, CSR, validation, fragment stamping."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from fabric import collectives
 from fabric.config import CollectivesConfig
@@ -104,3 +105,18 @@ def test_fragment_templates_are_cached_and_read_only():
     assert collectives.template("allreduce", "ring", 4096, 8, CollectivesConfig(step_ns=0)) is not a
     with pytest.raises(ValueError):
         a.rank[0] = 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=200))))
+def test_csr_by_source_is_a_stable_sort_by_predecessor(case):
+    """GraphBuilder.build's counting sort in C gives what np.argsort(pred, kind="stable") gives."""
+    from fabric._check_build import kernel
+    n, edges = case
+    pred = np.array([p for p, _ in edges], np.int32)
+    succ = np.array([s for _, s in edges], np.int32)
+    ptr, idx, deps = kernel.csr_by_source(pred, succ, n)
+    assert np.array_equal(idx, succ[np.argsort(pred, kind="stable")])
+    assert np.array_equal(ptr, np.r_[0, np.cumsum(np.bincount(pred, minlength=n))])
+    assert np.array_equal(deps, np.bincount(succ, minlength=n))

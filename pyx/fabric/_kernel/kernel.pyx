@@ -40,6 +40,7 @@ include "loop.pxi"       # the event loop (c_run) and its look-ahead prefetches
 include "setup.pxi"      # Engine's set-up steps: dicts of numpy arrays -> SimC
 include "manager.pxi"    # fabric manager's route tables (dimension order), for fabric/routing.py
 include "report.pxi"     # the critical path of a finished run, for fabric/report.py
+include "graph.pxi"      # task-graph construction (CSR of the edges), for fabric/taskgraph.py
 
 
 # ================================================================== Python-facing owner of the state
