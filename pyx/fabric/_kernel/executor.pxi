@@ -34,7 +34,8 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
     cdef int32_t key, x, p, k
     cdef int8_t kind = s.t_kind[t]
     cdef XferC* xf
-    cdef ps_t when
+    cdef ps_t when, cost
+    cdef bint missed
     s.t_start[t] = s.now
     if kind == T_JOIN:                         # zero cost: completes in place via the work stack
         s.work[0] += 1
@@ -43,13 +44,25 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
     if kind == T_TRANSFER:
         x = s.t_xfer[t]
         xf = &s.xf[x]
-        when = s.now + s.issue_ps + s.xlate_ps
+        when = s.now + s.issue_ps
+        missed = False
+        if s.x_addr[x] >= 0:                       # addressed: the ingress port translates (cache, table walk)
+            cost = translate(s, x)
+            missed = cost > s.xlate_ps
+            when += cost
+            if xf.status != 0:
+                s.xl_ur += 1
+        else:                                      # addressed by rank: the flat translation cost
+            when += s.xlate_ps
         if xf.src == xf.dst or xf.status != 0:     # local, or Unsupported Request answered by the ingress port
             return c_push(&s.heap, when, EV_TASK_DONE, -1, t, 0, 0)
-        k = s.ln_inject
-        if s.node_domain[xf.src] != s.node_domain[xf.dst]:
+        k = s.ln_inject_miss if missed else s.ln_inject
+        if s.node_domain[xf.src] != s.node_domain[xf.dst]:     # a shadow window: forwarded to the owner's domain
             when += s.p2p_ps
-            k = s.ln_inject_p2p
+            k = s.ln_inject_miss_p2p if missed else s.ln_inject_p2p
+            if s.x_addr[x] >= 0:
+                s.xl_shadow += 1
+                s.xl_cross_B += xf.total_B
         if s.analytic:
             if xf.kind == 1:
                 p = xf.path
