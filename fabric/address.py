@@ -9,7 +9,8 @@ Layout (all windows are `topology.accel_mem_gib` GiB, the memory of one accelera
   docs/sources.md §SD200 system).
 - The ingress port translates host address -> global address -> destination rank; an access to a shadow window is
   cross-host P2P, forwarded through the fabric (`ingress_cost_ps` charges EndpointConfig.translation_ns, plus
-  p2p_forward_ns for shadow windows).
+  translation_miss_ns when the port's translation cache misses, plus p2p_forward_ns for shadow windows). The
+  kernel does the same lookup (endpoint.pxi: window_find, translate) on the tables `kernel_tables` gives it.
 - An access that is not wholly inside one window is an Unsupported Request: `translate` returns status STATUS_UR
   with an error text (never an exception, never a wrong address) and the kernel completes the transfer with UR.
 - Overlapping or empty windows are refused with AddressError when a table is built.
@@ -277,10 +278,11 @@ def build_address_map(topo, cfg) -> AddressMap:
     return AddressMap(topo.node_domain[:topo.n_ranks], cfg.topology.accel_mem_gib * GIB)
 
 
-def ingress_cost_ps(cfg, is_shadow: bool) -> int:
-    """What the ingress port charges a request: translation, plus forwarding when it targets a shadow window."""
+def ingress_cost_ps(cfg, is_shadow: bool, miss: bool = False) -> int:
+    """What the ingress port charges a request: translation (plus the window-table walk when its translation
+    cache misses), plus forwarding when it targets a shadow window (the kernel's translate and start_task)."""
     e = cfg.endpoint
-    return ps(e.translation_ns + (e.p2p_forward_ns if is_shadow else 0.0))
+    return ps(e.translation_ns + (e.translation_miss_ns if miss else 0.0) + (e.p2p_forward_ns if is_shadow else 0.0))
 
 
 # ---------------------------------------------------------------- functional reference memory
