@@ -38,8 +38,9 @@ def render(r: dict) -> str:
         f"                       {k['retransmissions']} retransmissions, {k['replays']} replays, "
         f"{k['retrains']} retrains, {k['credit_stall_us']:.2f} us credit stall (all channels)",
         f"  translation          {x['translations']} at ingress ports, {x['cache_misses']} cache misses "
-        f"({100 * x['miss_rate']:.1f} %), {x['shadow_forwards']} shadow forwards ({x['cross_domain_bytes']} B "
-        f"across domains), {x['unsupported_requests']} unsupported requests",
+        f"({100 * x['miss_rate']:.1f} %), {x['unsupported_requests']} unsupported requests",
+        f"                       {x['shadow_forwards']} shadow forwards, {x['cross_domain_bytes']} B across host "
+        f"domains",
         f"  packets              {r['packets_delivered']} delivered, {r['packets_dropped']} dropped, "
         f"{r['packets_duplicated']} duplicated",
         f"  events               {r['events']} in {r['wall_s']:.2f} s wall (+{r['lower_s']:.2f} s lowering)",
