@@ -29,8 +29,10 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
     return t + lat + ser + (n - h0 - 1) * (pkt_ser if pkt_ser < f else f)
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
-    """Task t is ready: a join completes at once, a transfer is issued (or timed by the analytic engine), a compute
-    or reduce task runs for its duration once its (rank, stream) is free."""
+    """Task t is ready: a join completes at once, a transfer is issued after its ingress translation (an addressed
+    one through its port's translation cache: endpoint.pxi translate; else the flat cost) and its shadow forward
+    (or timed by the analytic engine), a compute or reduce task runs for its duration once its (rank, stream) is
+    free."""
     cdef int32_t key, x, p, k
     cdef int8_t kind = s.t_kind[t]
     cdef XferC* xf
