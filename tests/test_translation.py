@@ -143,3 +143,22 @@ def test_replay_reports_translation():
     x = r["translation"]
     assert x["translations"] > 0 and x["cache_misses"] > 0 and x["unsupported_requests"] == 0
     assert 0 < x["miss_rate"] <= 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.one_of(st.integers(0, R * W - 1), st.integers(R * W, 1 << 62))),
+                min_size=1, max_size=30))
+def test_to_host_array_matches_to_host(rows):
+    dom, g = (np.array(c, np.int64) for c in zip(*rows))
+    got = AMAP.to_host_array(dom, g)
+    for d, a, h in zip(dom, g, got):
+        want = AMAP.to_host(int(d), int(a))
+        assert h == (want.host_addr if want.ok else 0)
+
+
+@pytest.mark.parametrize("sets,fix", [({"endpoint.xlate_cache_entries": 6}, "x a power of two"),
+                                      ({"endpoint.xlate_page_bytes": 3000}, "must be a power of two")])
+def test_bad_translation_cache_geometry_is_one_config_error(sets, fix):
+    from fabric.errors import ConfigError
+    with pytest.raises(ConfigError, match=fix):
+        load_config(preset="sd200", overrides=sets)
