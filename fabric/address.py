@@ -9,10 +9,19 @@ Layout (all windows are `topology.accel_mem_gib` GiB, the memory of one accelera
   docs/sources.md §SD200 system).
 - The ingress port translates host address -> global address -> destination rank; an access to a shadow window is
   cross-host P2P, forwarded through the fabric (`ingress_cost_ps` charges EndpointConfig.translation_ns, plus
-  p2p_forward_ns for shadow windows).
+  translation_miss_ns when the port's translation cache misses, plus p2p_forward_ns for shadow windows). The
+  kernel does the same lookup (endpoint.pxi: window_find, translate) on the tables `kernel_tables` gives it.
 - An access that is not wholly inside one window is an Unsupported Request: `translate` returns status STATUS_UR
   with an error text (never an exception, never a wrong address) and the kernel completes the transfer with UR.
 - Overlapping or empty windows are refused with AddressError when a table is built.
+
+Buffers (docs/contracts.md §Addresses): the collective library's buffers are symmetric, at the same offsets in every
+accelerator's memory and reused by every call (registered once): the window's first quarter holds the flags (the
+flag from group member p at p x FLAG_SLOT_BYTES), then a quarter each for the in, out and tmp buffers
+(`heap_offset`). The lowering names every store's destination (peer, buffer, offset) as a global address
+(`global_addresses`); the issuing program sees it at the host address of its own domain (`AddressMap.to_host_array`,
+what fabric.sim hands the kernel), and the kernel's ingress port translates it back through the domain's
+shadow-window table (`kernel_tables`: the same windows, bounded to endpoint.shadow_windows entries).
 
 `Memory` is a pure-Python functional model (sparse pages) used by tests to store through any window and read back.
 """
@@ -35,6 +44,10 @@ GLOBAL_BASE = 0        # the switch-domain space is private to the fabric: it ma
 HOST_BASE = 1 << 44    # 16 TiB: above a host's own DRAM (64 TB over 8 hosts = 8 TB each,
                        # docs/sources.md §SD200 system) and MMIO
 ADDR_LIMIT = 1 << 63   # addresses are int64 in the kernel
+
+
+FLAG_SLOT_BYTES = 64   # one flag per sender: a cache line each, so flags from different senders never share one
+BUF_FLAG = -1          # taskgraph.BUF_NONE: a flag store moves no data of a buffer; it lands in the flag region
 
 
 class AddressError(FabricError):
@@ -196,6 +209,38 @@ class AddressMap:
         w = self.global_windows.windows[i]
         return w.rank, global_addr - w.base
 
+    def to_host_array(self, domains, global_addrs) -> np.ndarray:
+        """Vectorised `to_host`: host addresses in each element's own domain (int64); an address outside the global
+        map, or a domain without a view, gives 0 (the host's own memory, in no window: an Unsupported Request)."""
+        g = np.asarray(global_addrs, np.int64)
+        dom = np.asarray(domains, np.int64)
+        i = self.global_windows.find_array(g)
+        rank = np.where(i >= 0, i, 0)
+        slots = np.full((max(int(dom.max(initial=-1)), max(self.domains, default=-1)) + 1, self.n_ranks), -1,
+                        np.int64)
+        for h, slot in self._host_slot.items():
+            slots[h] = slot
+        slot = np.where(dom >= 0, slots[np.maximum(dom, 0), rank], -1)
+        ok = (i >= 0) & (slot >= 0)
+        off = g - (self.global_base + rank * self.window_bytes)
+        return np.where(ok, self.host_base + slot * self.window_bytes + off, 0)
+
+    def kernel_tables(self, entries: int = 0) -> dict:
+        """Every domain's window table for the kernel (Engine's xlate): CSR w_ptr over domains 0..max, w_base,
+        w_size, w_target (global base) and w_rank, sorted by base; each table keeps its first `entries` windows in
+        host-address order (local first, then shadow windows by rank; 0: all)."""
+        n_dom = max(self.domains, default=-1) + 1
+        tables = [self.domains.get(h) for h in range(n_dom)]
+        keep = [min(len(t), entries or len(t)) if t is not None else 0 for t in tables]
+        ptr = np.zeros(n_dom + 1, np.int64)
+        np.cumsum(keep, out=ptr[1:])
+
+        def col(name, dtype):
+            parts = [getattr(t, name)[:k] for t, k in zip(tables, keep) if k]
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+        return dict(w_ptr=ptr, w_base=col("base", np.int64), w_size=col("size", np.int64),
+                    w_target=col("target", np.int64), w_rank=col("rank", np.int32))
+
     def translate_array(self, domain: int, host_addrs, nbytes=1):
         """Vectorised translate: (status int8, global_addr int64, dst_rank int32, is_shadow bool) arrays."""
         t = self._table(domain)
@@ -213,15 +258,31 @@ class AddressMap:
         return status, gaddr, rank, shadow
 
 
+def heap_offset(buf, off, src_pos, window_bytes: int) -> np.ndarray:
+    """Offset in an accelerator's window of byte `off` of buffer `buf` (taskgraph BUF_IN/OUT/TMP), or of the flag
+    slot of group member `src_pos` for buf BUF_FLAG (module docstring: the symmetric buffer layout)."""
+    buf, off, src_pos = np.broadcast_arrays(np.asarray(buf, np.int64), np.asarray(off, np.int64),
+                                            np.asarray(src_pos, np.int64))
+    quarter = int(window_bytes) // 4
+    return np.where(buf == BUF_FLAG, src_pos * FLAG_SLOT_BYTES, (buf + 1) * quarter + off)
+
+
+def global_addresses(peer, buf, off, src_pos, window_bytes: int, global_base: int = GLOBAL_BASE) -> np.ndarray:
+    """Global addresses of (peer rank, buffer, offset) (heap_offset), int64."""
+    return global_base + np.asarray(peer, np.int64) * int(window_bytes) + heap_offset(buf, off, src_pos,
+                                                                                      window_bytes)
+
+
 def build_address_map(topo, cfg) -> AddressMap:
     """The address map of a built Topology: one window of topology.accel_mem_gib GiB per rank."""
     return AddressMap(topo.node_domain[:topo.n_ranks], cfg.topology.accel_mem_gib * GIB)
 
 
-def ingress_cost_ps(cfg, is_shadow: bool) -> int:
-    """What the ingress port charges a request: translation, plus forwarding when it targets a shadow window."""
+def ingress_cost_ps(cfg, is_shadow: bool, miss: bool = False) -> int:
+    """What the ingress port charges a request: translation (plus the window-table walk when its translation
+    cache misses), plus forwarding when it targets a shadow window (the kernel's translate and start_task)."""
     e = cfg.endpoint
-    return ps(e.translation_ns + (e.p2p_forward_ns if is_shadow else 0.0))
+    return ps(e.translation_ns + (e.translation_miss_ns if miss else 0.0) + (e.p2p_forward_ns if is_shadow else 0.0))
 
 
 # ---------------------------------------------------------------- functional reference memory

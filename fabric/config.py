@@ -231,6 +231,32 @@ class EndpointConfig(_Section):
     p2p_forward_ns: float = param(30.0, unit="ns", lo=0, hi=1e7,
                                   help="extra cost when cross-host P2P traffic is forwarded through a shadow port",
                                   reason="one more table lookup and re-tagging in the forwarding port")
+    shadow_windows: int = param(0, unit="windows", lo=0, hi=1 << 20,
+                                help="entries of each host domain's shadow-window table at its ingress ports (local "
+                                     "windows first, then shadow windows in ascending rank); an address in no "
+                                     "entry completes as Unsupported Request; 0 = auto: one per accelerator",
+                                reason="auto = the unified map's R windows per domain (64 on sd200: every "
+                                       "accelerator visible, docs/sources.md §SD200 system: 8x address space); "
+                                       "fewer entries leave accelerators unreachable, which the replay counts")
+    xlate_cache_entries: int = param(64, unit="entries", lo=0, hi=1 << 20,
+                                     help="translation cache of each ingress port (IOTLB-like: a page of a window "
+                                          "per entry); a multiple of xlate_cache_ways, entries / ways a power of "
+                                          "two; 0 = no cache, every translation walks the window table",
+                                     reason="IOMMU IOTLBs hold tens to a few hundred entries; 64, one per "
+                                            "accelerator of sd200's map at one page each; not published [E]")
+    xlate_cache_ways: int = param(4, unit="ways", lo=1, hi=1 << 10,
+                                  help="associativity of the translation cache (LRU within a set; sets indexed by a "
+                                       "hash of the page number)",
+                                  reason="4-way set-associative is the common IOTLB compromise; not published [E]")
+    xlate_page_bytes: int = param(2 << 20, unit="B", lo=1, hi=1 << 40,
+                                  help="bytes of address one translation-cache entry maps (a power of two)",
+                                  reason="2 MiB: the huge page GPU runtimes map registered communication buffers "
+                                         "with; not published for SD200 [E]")
+    translation_miss_ns: float = param(40.0, unit="ns", lo=0, hi=1e7,
+                                       help="extra cost of a translation-cache miss: the walk of the host domain's "
+                                            "shadow-window table (a hit costs translation_ns alone)",
+                                       reason="a binary search of a 64-entry table in switch SRAM: 6 dependent "
+                                              "reads of a few ns each, plus the fill; not published [E]")
 
 
 @dataclass(frozen=True)
@@ -529,6 +555,14 @@ def _cross_check(c: FabricConfig) -> None:
         value = getattr(c.topology, key)
         if not _DIMS.fullmatch(str(value).strip().lower()):
             raise ConfigError(f"topology.{key}={value!r} must look like XxYxZ with positive integers, e.g. 4x4x4")
+    ep = c.endpoint
+    sets = ep.xlate_cache_entries // ep.xlate_cache_ways
+    if ep.xlate_cache_entries % ep.xlate_cache_ways or sets & (sets - 1):
+        raise ConfigError(f"endpoint.xlate_cache_entries={ep.xlate_cache_entries} must be endpoint.xlate_cache_ways="
+                          f"{ep.xlate_cache_ways} x a power of two (e.g. {ep.xlate_cache_ways * 16})")
+    if ep.xlate_page_bytes & (ep.xlate_page_bytes - 1):
+        raise ConfigError(f"endpoint.xlate_page_bytes={ep.xlate_page_bytes} must be a power of two (e.g. 4096 or "
+                          f"2097152)")
     if c.phy.flit_overhead_bytes >= c.phy.flit_bytes:
         raise ConfigError(f"phy.flit_overhead_bytes={c.phy.flit_overhead_bytes} must be smaller than "
                           f"phy.flit_bytes={c.phy.flit_bytes}")

@@ -9,6 +9,9 @@
   rank r after r's predecessors of the op (its start JOIN), and r's successors depend on r's done JOIN: the
   collective completes per rank when that rank's output is ready.
 - The k-th send a -> b matches the k-th receive on b from a: a two-rank sendrecv fragment.
+- Every store and load of a fragment (collectives, send/recv) names the peer's buffer and offset; the graph's `addr`
+  column holds their global addresses in the unified map (fabric/address.py: symmetric buffers), which the kernel
+  translates at the issuing domain's ingress port (docs/contracts.md §Addresses). In-switch legs stay rank-addressed.
 - Dependencies: the trace's per-rank dep CSR, plus (stream_order=True) program order on each (rank, stream), as a
   GPU stream executes its ops in issue order. Repeated edges are merged.
 
@@ -88,7 +91,10 @@ def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True
     op_local = np.arange(G, dtype=np.int64) - off[op_rank]
     entry = np.full(G, -1, np.int64)
     exit_ = np.full(G, -1, np.int64)
-    b = GraphBuilder(R, semantics=semantics)
+    from fabric.address import GIB
+    from fabric.config import FabricConfig
+    # every store and load of a collective names (peer, buffer, offset): a global address of the unified map
+    b = GraphBuilder(R, semantics=semantics, window_bytes=(cfg or FabricConfig()).topology.accel_mem_gib * GIB)
 
     # ---- compute ops
     comp = np.flatnonzero(kind == KIND_COMPUTE)

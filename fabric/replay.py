@@ -14,7 +14,7 @@ from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.lower import lower
 from fabric.network import build
-from fabric.report import collective_summary, link_summary, step_summary, task_layers
+from fabric.report import collective_summary, link_summary, step_summary, task_layers, translation_summary
 from fabric.taskgraph import COMPUTE, REDUCE
 
 
@@ -57,7 +57,7 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         channel_utilisation=[round(float(u), 6) for u in res.counters["busy_ps"] / max(step_ps, 1)],  # per channel
         packets_delivered=int(t["delivered"]), packets_dropped=int(t["carved"] - t["delivered"]),
         packets_duplicated=int(t["duplicates"]), packets_out_of_order=int(t["out_of_order"]),
-        e2e_holds=int(t["e2e_holds"]),
+        e2e_holds=int(t["e2e_holds"]), translation=translation_summary(res.translation),
         tasks=int(graph.n_tasks), events=int(res.events), lower_s=lower_s, wall_s=res.wall_s,
     )
     if timeline:

@@ -151,3 +151,14 @@ def link_summary(topo, res, step_ps: int) -> dict:
                 flits_corrupted=int(c["flits_corrupted"].sum()),
                 credit_stall_us=float(c["credit_stall_ps"].sum() / 1e6),
                 max_queue_packets=int(c["queue_max"].max()) if len(util) else 0)
+
+
+def translation_summary(counts: dict) -> dict:
+    """Ingress address translation over a run (fabric.sim.RunResult.translation): translations, translation-cache
+    misses and the miss rate, shadow forwards (translated transfers sent on to another host domain) and their
+    bytes, Unsupported Request completions (addresses in no window)."""
+    n = int(counts.get("translations", 0))
+    out = {k: int(counts.get(k, 0)) for k in ("translations", "cache_misses", "shadow_forwards",
+                                              "cross_domain_bytes", "unsupported_requests")}
+    out["miss_rate"] = out["cache_misses"] / n if n else 0.0
+    return out

@@ -161,7 +161,29 @@ def kernel_params(cfg: FabricConfig, topo=None) -> dict:
         issue_ps=ps(ep.issue_ns), complete_ps=ps(ep.completion_ns), xlate_ps=ps(ep.translation_ns),
         p2p_ps=ps(ep.p2p_forward_ns), watchdog_ps=ps(cfg.sim.watchdog_ns), seed=cfg.sim.seed,
         fixed_priority=int(cfg.switch.arbitration == "fixed_priority"), e2e_window_B=fc["e2e_window_B"],
+        xlate_cache_entries=ep.xlate_cache_entries, xlate_cache_ways=ep.xlate_cache_ways,
+        xlate_page_B=ep.xlate_page_bytes, xmiss_ps=ps(ep.translation_miss_ns),
     )
+
+
+def kernel_inputs(cfg: FabricConfig, topo, graph) -> tuple[dict, dict | None]:
+    """The graph's arrays for the kernel and the shadow-window tables its ingress ports translate through: a graph
+    whose transfers carry global addresses (`addr`, from the lowering) gets `host_addr`, each address as its
+    issuer's host domain sees it (fabric.address: the program's view), and the tables of every domain
+    (endpoint.shadow_windows entries each). A graph that already has `host_addr` keeps it; one without addresses
+    gets no tables (its transfers are addressed by rank)."""
+    from fabric.address import build_address_map
+    g = as_arrays(graph)
+    addr = g.get("addr")
+    if g.get("host_addr") is None and (addr is None or not (np.asarray(addr) >= 0).any()):
+        return g, None
+    t = as_arrays(topo)
+    amap = build_address_map(topo, cfg)
+    if g.get("host_addr") is None:
+        addr = np.asarray(addr, np.int64)
+        dom = np.asarray(t["node_domain"])[np.clip(np.asarray(g["rank"]), 0, int(t["n_ranks"]) - 1)]
+        g = dict(g, host_addr=np.where(addr >= 0, amap.to_host_array(dom, addr), -1))
+    return g, amap.kernel_tables(cfg.endpoint.shadow_windows)
 
 
 def as_arrays(obj) -> dict:
@@ -261,6 +283,7 @@ class RunResult:
     link_state: dict
     transfers: dict
     stuck: list = field(default_factory=list)
+    translation: dict = field(default_factory=dict)   # Engine.translations(): ingress address translation counts
 
     @property
     def packets_sent(self) -> int:
@@ -309,7 +332,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     n_tasks = len(graph_arrays["kind"])
     check_switch_legs(topo_arrays, graph_arrays)
     check_size(cfg, topo_arrays, graph_arrays, engine)
-    eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, graph_arrays, engine == "analytic")
+    kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays)
+    eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate)
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
     recorder = _recorder
@@ -329,7 +353,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                        events=eng.events, wall_s=wall, totals=totals,
                        counters={k: v.copy() for k, v in eng.counters().items()},
                        task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
-                       transfers=eng.transfers() if transfers else {}, stuck=eng.stuck_report() if outcome == kernel.STUCK else [])
+                       transfers=eng.transfers() if transfers else {},
+                       stuck=eng.stuck_report() if outcome == kernel.STUCK else [], translation=eng.translations())
     if recorder is not None:
         interval_ps, samples = eng.samples()
         recorder.append(dict(cfg=cfg, topo=topo, graph=graph, result=result, sample_ps=interval_ps,

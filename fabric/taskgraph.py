@@ -41,7 +41,7 @@ BUF_IN, BUF_OUT, BUF_TMP = BUF_NAMES
 _TASK_COLUMNS = {  # name -> dtype, default
     "kind": (np.int8, 0), "rank": (np.int32, 0), "peer": (np.int32, -1), "stream": (np.int32, -1),
     "nbytes": (np.int64, 0), "duration_ps": (np.int64, 0), "op": (np.int8, 0), "coll": (np.int32, -1),
-    "src_op": (np.int64, -1),
+    "src_op": (np.int64, -1), "addr": (np.int64, -1),
 }
 
 
@@ -110,6 +110,7 @@ class TaskGraph:
     n_deps: np.ndarray  # int32
     coll_meta: list = field(default_factory=list)
     src_op: np.ndarray | None = None  # int64: index of the trace op within its rank's table; -1 inside collectives
+    addr: np.ndarray | None = None  # int64  TRANSFER store/load: global address of the peer's bytes; -1 by rank
     sem: Semantics | None = None
 
     @property
@@ -185,7 +186,7 @@ class TaskGraph:
         n = self.n_tasks
         for name, (dt, _) in _TASK_COLUMNS.items():
             a = getattr(self, name)
-            if a is None and name == "src_op":
+            if a is None and name in ("src_op", "addr"):
                 continue
             if a.dtype != np.dtype(dt) or a.shape != (n,):
                 raise GraphError(f"{name} must be {np.dtype(dt)}[{n}], is {a.dtype}{list(a.shape)}")
@@ -257,6 +258,8 @@ class Fragment:
     buf_bytes: tuple = ()
     sem: Semantics | None = None
     protocol: str = ""
+    addr_buf: np.ndarray | None = None   # int8: TRANSFER: the peer's buffer it stores into or loads from (BUF_*;
+    addr_off: np.ndarray | None = None   # BUF_NONE: a flag) and the offset there; GraphBuilder's addresses
 
     @property
     def n_tasks(self) -> int:
@@ -290,9 +293,12 @@ def _col(value, dtype, m) -> np.ndarray:
 class GraphBuilder:
     """Accumulates tasks and edges as numpy blocks; `build()` concatenates once and makes the CSR."""
 
-    def __init__(self, n_ranks: int, semantics: bool = False):
+    def __init__(self, n_ranks: int, semantics: bool = False, window_bytes: int | None = None):
+        """window_bytes: each accelerator's window of the unified address map (topology.accel_mem_gib GiB): the
+        stores and loads of fragments get global addresses (fabric.address.global_addresses); None: none (by rank)."""
         self.n_ranks = int(n_ranks)
         self.semantics = semantics
+        self.window_bytes = window_bytes
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in _TASK_COLUMNS}
         self._sem: dict[str, list[np.ndarray]] = {k: [] for k in ("dst_buf", "dst_off", "length", "n_src",
                                                                   "src_buf", "src_off")}
@@ -302,10 +308,10 @@ class GraphBuilder:
         self.coll_meta: list[CollMeta] = []
 
     def add_tasks(self, kind, rank, *, peer=-1, stream=-1, nbytes=0, duration_ps=0, op=0, coll=-1, src_op=-1,
-                  count: int | None = None) -> np.ndarray:
+                  addr=-1, count: int | None = None) -> np.ndarray:
         """Append tasks (arguments broadcast against each other) without semantics; returns their ids."""
         args = {"kind": kind, "rank": rank, "peer": peer, "stream": stream, "nbytes": nbytes,
-                "duration_ps": duration_ps, "op": op, "coll": coll, "src_op": src_op}
+                "duration_ps": duration_ps, "op": op, "coll": coll, "src_op": src_op, "addr": addr}
         m = count if count is not None else max(np.size(v) for v in args.values())
         for k, v in args.items():
             a = _col(v, _TASK_COLUMNS[k][0], m)
@@ -359,6 +365,7 @@ class GraphBuilder:
         c["op"].append(np.tile(frag.op, m))
         c["coll"].append(np.repeat(np.arange(cid0, cid0 + m, dtype=np.int32), nt))
         c["src_op"].append(np.full(m * nt, -1, np.int64))
+        c["addr"].append(self._addresses(frag, ranks).ravel())
         if self.semantics:
             if frag.sem is None:
                 raise ValueError("this builder keeps semantics but the fragment was built without them")
@@ -380,6 +387,17 @@ class GraphBuilder:
                                            ranks=tuple(ranks[i].tolist()), label=labels[i], root=frag.root,
                                            buf_bytes=frag.buf_bytes, protocol=frag.protocol))
         return frag.start[None, :] + base, frag.done[None, :] + base, np.arange(cid0, cid0 + m)
+
+    def _addresses(self, frag: Fragment, ranks: np.ndarray) -> np.ndarray:
+        """[m, tasks] global addresses of the fragment's stores and loads stamped on `ranks` rows; -1 elsewhere."""
+        m, nt = len(ranks), frag.n_tasks
+        if self.window_bytes is None or frag.addr_buf is None:
+            return np.full((m, nt), -1, np.int64)
+        from fabric.address import global_addresses
+        on = (frag.task_kind == TRANSFER) & ((frag.op == STORE) | (frag.op == LOAD))
+        peer = ranks[:, np.maximum(frag.peer, 0)]
+        a = global_addresses(peer, frag.addr_buf, frag.addr_off, frag.rank, self.window_bytes)
+        return np.where(on, a, -1)
 
     def build(self, validate: bool = False) -> TaskGraph:
         """The graph; the builder's blocks are consumed as they are joined (a column or the edges at a time), so

@@ -31,7 +31,7 @@ from fabric.trace import default_trace_path
 SMALL = {"txn.max_payload_bytes": 256, "txn.max_read_request_bytes": 256}
 
 
-def _digest(eng: "kernel.Engine") -> dict:
+def _digest(eng: "kernel.Engine", addressed: bool = False) -> dict:
     h = hashlib.sha256()
     start, end = eng.task_times()
     parts = {"start": start, "end": end}
@@ -42,6 +42,8 @@ def _digest(eng: "kernel.Engine") -> dict:
         h.update(k.encode())
         h.update(np.ascontiguousarray(parts[k]).tobytes())
     h.update(json.dumps(eng.totals(), sort_keys=True, default=int).encode())
+    if addressed:         # the ingress ports' translation counts (graphs whose transfers carry addresses)
+        h.update(json.dumps(eng.translations(), sort_keys=True, default=int).encode())
     return dict(events=int(eng.events), now_ps=int(eng.now_ps), sha256=h.hexdigest())
 
 
@@ -49,14 +51,15 @@ SAMPLE_PS = 0     # --sample-ns: link counter sampling on (timelines); it must c
 
 
 def _run(cfg, topo, graph, faults=()) -> dict:
-    eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), sim.as_arrays(graph), False)
+    kgraph, xlate = sim.kernel_inputs(cfg, topo, graph)     # as sim.run: addressed transfers are translated
+    eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), kgraph, False, xlate=xlate)
     if SAMPLE_PS:
         eng.enable_sampling(SAMPLE_PS, 1 << 20)     # a small ring: halving happens too
     for kind, ch, n, k in faults:
         eng.add_fault(sim.FAULTS[kind], ch, n, k)
     while eng.run(max_events=1 << 20) == kernel.PAUSED:
         pass
-    return _digest(eng)
+    return _digest(eng, xlate is not None)
 
 
 def _link(packets: int, ber: float, faults=()) -> dict:

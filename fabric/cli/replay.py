@@ -31,12 +31,16 @@ def render(r: dict) -> str:
     for c in r["collectives"]:
         lines.append(f"                       {c['kind']:14s} {c['bytes']:7d} {c['ranks']:6d} {c['count']:6d}  "
                      f"{c['algorithm']:14s} {c['mean_us']:8.2f} {c['p50_us']:8.2f} {c['p99_us']:8.2f}")
-    k = r["links"]
+    k, x = r["links"], r["translation"]
     lines += [
         f"  links                max util {100 * k['max_utilisation']:.2f} % ({k['max_utilisation_channel']}), "
         f"mean {100 * k['mean_utilisation']:.3f} % over {k['channels']} channels",
         f"                       {k['retransmissions']} retransmissions, {k['replays']} replays, "
         f"{k['retrains']} retrains, {k['credit_stall_us']:.2f} us credit stall (all channels)",
+        f"  translation          {x['translations']} at ingress ports, {x['cache_misses']} cache misses "
+        f"({100 * x['miss_rate']:.1f} %), {x['unsupported_requests']} unsupported requests",
+        f"                       {x['shadow_forwards']} shadow forwards, {x['cross_domain_bytes']} B across host "
+        f"domains",
         f"  packets              {r['packets_delivered']} delivered, {r['packets_dropped']} dropped, "
         f"{r['packets_duplicated']} duplicated",
         f"  events               {r['events']} in {r['wall_s']:.2f} s wall (+{r['lower_s']:.2f} s lowering)",

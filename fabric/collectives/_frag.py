@@ -20,6 +20,7 @@ from fabric.taskgraph import (
     BUF_TMP,
     COMPUTE,
     JOIN,
+    LOAD,
     REDUCE,
     STORE,
     TRANSFER,
@@ -283,6 +284,23 @@ class FragBuilder:
         self.edge(self._ready[fd], flags)
         self.edge(flags[inv], data)
 
+    @staticmethod
+    def _peer_side(cat: dict, dst, src) -> np.ndarray:
+        """Per task, the buffer (or offset) on the peer that a transfer names: a store's destination, a load's
+        first operand (the peer's bytes it reads)."""
+        first = np.zeros(len(cat["kind"]) + 1, np.int64)
+        np.cumsum(cat["n_src"], out=first[1:])
+        load = (cat["op"] == LOAD) & (cat["n_src"] > 0)
+        out = np.asarray(dst).copy()
+        out[load] = np.asarray(src)[first[:-1][load]]
+        return out
+
+    def _addr_buf(self, cat: dict) -> np.ndarray:
+        return self._peer_side(cat, cat["dst_buf"], cat["src_buf"]).astype(np.int8)
+
+    def _addr_off(self, cat: dict) -> np.ndarray:
+        return self._peer_side(cat, cat["dst_off"], cat["src_off"]).astype(np.int64)
+
     def _fragment(self, start, done) -> Fragment:
         c = self._c
         cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in c.items()}
@@ -304,9 +322,9 @@ class FragBuilder:
                         op=cat["op"].astype(np.int8), edge_src=ep, edge_dst=es, start=np.asarray(start, np.int64),
                         done=np.asarray(done, np.int64), root=self.root,
                         buf_bytes=tuple(sorted(self.buf_bytes.items())), sem=sem,
-                        protocol=self.protocol or "")
+                        protocol=self.protocol or "", addr_buf=self._addr_buf(cat), addr_off=self._addr_off(cat))
         for a in (frag.task_kind, frag.rank, frag.peer, frag.stream, frag.task_nbytes, frag.duration_ps, frag.op,
-                  frag.edge_src, frag.edge_dst, frag.start, frag.done):
+                  frag.edge_src, frag.edge_dst, frag.start, frag.done, frag.addr_buf, frag.addr_off):
             a.flags.writeable = False
         return frag
 

@@ -3,7 +3,10 @@
 # requests of up to mrrs_B, limited by read tags), hold stores until their destination grants receive space
 # (end-to-end window), deliver packets into memory (order check, checksum), answer read requests with
 # completions, and complete transfers. Packets come from a pool here and go back to it at delivery.
-# Contract: XferC, PacketC and the pool (SimC.pk, pk_free), SimC.tags_free and e2e_*, ChanC.e2e_held.
+# Addressed transfers are translated at issue by the ingress port of the issuing rank: a lookup in its translation
+# cache, on a miss a walk of its host domain's shadow-window table (window_find, translate).
+# Contract: XferC, PacketC and the pool (SimC.pk, pk_free), SimC.tags_free and e2e_*, ChanC.e2e_held, SimC's
+# address translation block (x_addr, w_*, tc_*, xl_*).
 cdef int32_t pkt_alloc(SimC* s) except -1 nogil:
     """A packet from the pool's free list; the pool doubles (moving every packet) when none is free."""
     cdef int32_t i, old
@@ -203,3 +206,49 @@ cdef int on_inject(SimC* s, int32_t x) except -1 nogil:
     if xf.path < 0:
         return 0
     return enqueue_xfer(s, x)
+
+
+cdef int32_t window_find(SimC* s, int32_t dom, int64_t addr, int64_t nbytes, int64_t* gaddr) noexcept nogil:
+    """The window of host domain dom's shadow-window table that wholly holds [addr, addr + nbytes) (a binary
+    search over its sorted bases), *gaddr the global address addr translates to; -1 when none does (an
+    Unsupported Request), as fabric.address.AddressMap.translate."""
+    cdef int64_t lo, hi, mid, first
+    if dom < 0 or dom >= s.n_dom or nbytes < 1:
+        return -1
+    first = s.w_ptr[dom]
+    lo = first
+    hi = s.w_ptr[dom + 1]
+    while lo < hi:                              # lo: the first window whose base is above addr
+        mid = (lo + hi) >> 1
+        if s.w_base[mid] <= addr:
+            lo = mid + 1
+        else:
+            hi = mid
+    lo -= 1
+    if lo < first or addr - s.w_base[lo] > s.w_size[lo] - nbytes:     # no overflow near 2^63
+        return -1
+    gaddr[0] = s.w_target[lo] + (addr - s.w_base[lo])
+    return <int32_t>lo
+
+cdef ps_t translate(SimC* s, int32_t x) noexcept nogil:
+    """The ingress port of transfer x's issuer translates its address (once per transfer, the page of its first
+    byte): a hit in the port's set-associative cache costs xlate_ps, a miss also the walk of the domain's window
+    table (xmiss_ps) and caches the page (LRU way of its set; an Unsupported Request caches nothing). Returns the
+    cost; counts translations (tc_clock) and misses."""
+    cdef int64_t page = s.x_addr[x] >> s.page_shift, base, i, victim
+    s.tc_clock += 1
+    if s.tc_sets > 0:
+        base = (<int64_t>s.xf[x].src * s.tc_sets
+                + <int64_t>(c_mix(<uint64_t>page) & <uint64_t>(s.tc_sets - 1))) * s.tc_ways
+        victim = base
+        for i in range(base, base + s.tc_ways):
+            if s.tc_tag[i] == page:
+                s.tc_use[i] = s.tc_clock
+                return s.xlate_ps
+            if s.tc_use[i] < s.tc_use[victim]:
+                victim = i
+        if s.xf[x].status == 0:
+            s.tc_tag[victim] = page
+            s.tc_use[victim] = s.tc_clock
+    s.xl_miss += 1
+    return s.xlate_ps + s.xmiss_ps

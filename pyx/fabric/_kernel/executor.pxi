@@ -29,12 +29,15 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
     return t + lat + ser + (n - h0 - 1) * (pkt_ser if pkt_ser < f else f)
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
-    """Task t is ready: a join completes at once, a transfer is issued (or timed by the analytic engine), a compute
-    or reduce task runs for its duration once its (rank, stream) is free."""
+    """Task t is ready: a join completes at once, a transfer is issued after its ingress translation (an addressed
+    one through its port's translation cache: endpoint.pxi translate; else the flat cost) and its shadow forward
+    (or timed by the analytic engine), a compute or reduce task runs for its duration once its (rank, stream) is
+    free."""
     cdef int32_t key, x, p, k
     cdef int8_t kind = s.t_kind[t]
     cdef XferC* xf
-    cdef ps_t when
+    cdef ps_t when, cost
+    cdef bint missed
     s.t_start[t] = s.now
     if kind == T_JOIN:                         # zero cost: completes in place via the work stack
         s.work[0] += 1
@@ -43,13 +46,25 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
     if kind == T_TRANSFER:
         x = s.t_xfer[t]
         xf = &s.xf[x]
-        when = s.now + s.issue_ps + s.xlate_ps
+        when = s.now + s.issue_ps
+        missed = False
+        if s.x_addr[x] >= 0:                       # addressed: the ingress port translates (cache, table walk)
+            cost = translate(s, x)
+            missed = cost > s.xlate_ps
+            when += cost
+            if xf.status != 0:
+                s.xl_ur += 1
+        else:                                      # addressed by rank: the flat translation cost
+            when += s.xlate_ps
         if xf.src == xf.dst or xf.status != 0:     # local, or Unsupported Request answered by the ingress port
             return c_push(&s.heap, when, EV_TASK_DONE, -1, t, 0, 0)
-        k = s.ln_inject
-        if s.node_domain[xf.src] != s.node_domain[xf.dst]:
+        k = s.ln_inject_miss if missed else s.ln_inject
+        if s.node_domain[xf.src] != s.node_domain[xf.dst]:     # a shadow window: forwarded to the owner's domain
             when += s.p2p_ps
-            k = s.ln_inject_p2p
+            k = s.ln_inject_miss_p2p if missed else s.ln_inject_p2p
+            if s.x_addr[x] >= 0:
+                s.xl_shadow += 1
+                s.xl_cross_B += xf.total_B
         if s.analytic:
             if xf.kind == 1:
                 p = xf.path

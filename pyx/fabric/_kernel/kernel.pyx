@@ -73,7 +73,7 @@ cdef class Engine:
 
     def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
                  int64_t lane_min_heap=64, bint skip_settled=True, int32_t replay_ring_slots=16,
-                 bint phy_countdown=True):
+                 bint phy_countdown=True, dict xlate=None):
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays.
         event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone);
         lane_min_heap: events go to their lane only while the heap holds at least this many. Neither changes
@@ -83,7 +83,9 @@ cdef class Engine:
         replay_ring_slots: replay ring slots per channel at the start (a power of two; they double when a channel's
         unacknowledged units fill them, up to the window): storage, not a result (tests/test_replay_ring.py).
         phy_countdown: units that end before their channel's next injected flit fault and bit error skip the PHY's
-        look (phy_unit); off, every unit gets it. Results are the same (tests/test_phy_countdown.py checks)."""
+        look (phy_unit); off, every unit gets it. Results are the same (tests/test_phy_countdown.py checks).
+        xlate: every host domain's shadow-window table (fabric.address.kernel_tables), for transfers the graph
+        addresses (graph["host_addr"]); None: no table (every address is then an Unsupported Request)."""
         cdef SimC* s = &self.s
         setup_params(s, p, topo, analytic, skip_settled, phy_countdown, replay_ring_slots)
         setup_channels(s, self._keep, p, topo)
@@ -92,6 +94,7 @@ cdef class Engine:
         setup_event_queue(s, p, graph, event_lanes, lane_min_heap)
         setup_tasks(s, self._keep, p, graph)
         setup_packets(s)
+        setup_xlate(s, self._keep, p, xlate)
         setup_transfers(s, self._keep, graph)
 
     def add_fault(self, int kind, int ch, int64_t n, int64_t k=1):
@@ -199,6 +202,13 @@ cdef class Engine:
                     duplicates=s.dup_delivered, out_of_order=s.ooo_delivered,
                     packets_live=s.pkts_live, tasks_left=s.tasks_left, events=s.events, now_ps=s.now,
                     replay_ring_slots=s.ring_cap)
+
+    def translations(self):
+        """Ingress address translation so far: translations, cache misses, shadow forwards (translated transfers
+        forwarded into another host domain) and their bytes, Unsupported Request completions."""
+        s = &self.s
+        return dict(translations=s.tc_clock, cache_misses=s.xl_miss, shadow_forwards=s.xl_shadow,
+                    cross_domain_bytes=s.xl_cross_B, unsupported_requests=s.xl_ur)
 
     def task_times(self):
         return self._keep["t_start"], self._keep["t_end"]

@@ -59,6 +59,7 @@ cdef int setup_params(SimC* s, dict p, dict topo, bint analytic, bint skip_settl
     s.max_unit_flits = pkt_flits(s, s.maxp_B + s.hdr_B)
     s.issue_ps = int(p["issue_ps"]); s.complete_ps = int(p["complete_ps"])
     s.xlate_ps = int(p["xlate_ps"]); s.p2p_ps = int(p["p2p_ps"]); s.watchdog_ps = int(p["watchdog_ps"])
+    s.xmiss_ps = int(p.get("xmiss_ps", 0))
     s.fixed_priority = int(p.get("fixed_priority", 0))
     return 0
 
@@ -182,6 +183,10 @@ cdef int setup_event_queue(SimC* s, dict p, dict graph, int event_lanes, int64_t
     s.ln_complete = lane_for(&s.heap, s.complete_ps)
     s.ln_inject = lane_for(&s.heap, s.issue_ps + s.xlate_ps)
     s.ln_inject_p2p = lane_for(&s.heap, s.issue_ps + s.xlate_ps + s.p2p_ps)
+    s.ln_inject_miss = s.ln_inject_miss_p2p = -1
+    if "host_addr" in graph:                # addressed transfers: issues whose translation missed the cache
+        s.ln_inject_miss = lane_for(&s.heap, s.issue_ps + s.xlate_ps + s.xmiss_ps)
+        s.ln_inject_miss_p2p = lane_for(&s.heap, s.issue_ps + s.xlate_ps + s.xmiss_ps + s.p2p_ps)
     for i in range(C):      # Acks and UpdateFCs about a channel cross its reverse: one delay per link kind
         s.c[i].lane_ctrl = <int8_t>lane_for(&s.heap, s.c[s.c[i].ch_rev].flit_ps + s.c[s.c[i].ch_rev].ch_lat)
         s.c[i].lane_arr = s.c[i].lane_txd = s.c[i].lane_dlv = -1
@@ -261,10 +266,40 @@ cdef int setup_packets(SimC* s) except -1:
     return 0
 
 
+cdef int setup_xlate(SimC* s, dict keep, dict p, dict xlate) except -1:
+    """The shadow-window table of every host domain (xlate: CSR w_ptr over domains, w_base, w_size, w_target,
+    w_rank; fabric.address.kernel_tables) and each rank's translation cache (p: xlate_cache_entries, _ways,
+    xlate_page_B), empty and cold. No xlate: no table, every address is an Unsupported Request."""
+    cdef int64_t entries = int(p.get("xlate_cache_entries", 0)), ways = max(int(p.get("xlate_cache_ways", 1)), 1)
+    cdef int64_t page = int(p.get("xlate_page_B", 4096))
+    xlate = xlate or dict(w_ptr=[0])
+    if page < 1 or page & (page - 1):
+        raise ValueError(f"xlate_page_B={page}: a power of two, please")
+    if entries % ways or (entries // ways) & (entries // ways - 1):
+        raise ValueError(f"xlate_cache_entries={entries} is not xlate_cache_ways={ways} x a power of two")
+    s.page_shift = page.bit_length() - 1
+    s.tc_sets = <int32_t>(entries // ways)
+    s.tc_ways = <int32_t>ways
+    s.n_dom = len(xlate["w_ptr"]) - 1
+    s.w_ptr = <int64_t*>keep_array(keep, "w_ptr", xlate["w_ptr"], np.int64)
+    for name in ("w_base", "w_size", "w_target"):
+        keep_array(keep, name, xlate.get(name, ()), np.int64)
+    s.w_base = <int64_t*>cnp.PyArray_DATA(keep["w_base"])
+    s.w_size = <int64_t*>cnp.PyArray_DATA(keep["w_size"])
+    s.w_target = <int64_t*>cnp.PyArray_DATA(keep["w_target"])
+    s.w_rank = <int32_t*>keep_array(keep, "w_rank", xlate.get("w_rank", ()), np.int32)
+    s.tc_tag = <int64_t*>keep_full(keep, "tc_tag", <int64_t>s.n_ranks * entries, np.int64, -1)
+    s.tc_use = <int64_t*>keep_full(keep, "tc_use", <int64_t>s.n_ranks * entries, np.int64)
+    return 0
+
+
 cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
     """One XferC per transfer task, and for a load a second one, its response flow (data from the owner back to the
-    requester), after all the first ones; the task -> transfer map."""
-    cdef int32_t t, x, r, q, n_xf, extra
+    requester), after all the first ones; the task -> transfer map. An addressed transfer (graph["host_addr"] >= 0:
+    a host address in its issuer's domain) goes to the rank its issuer's shadow-window table maps that address to
+    (window_find), whatever its peer says; in no window, it is an Unsupported Request."""
+    cdef int32_t t, x, r, q, n_xf, extra, w
+    cdef int64_t gaddr
     cdef Py_ssize_t i
     cdef bint load
     kind = keep["t_kind"]
@@ -276,7 +311,11 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
     cdef const int32_t[::1] rank = np.ascontiguousarray(np.asarray(graph["rank"], np.int32)[tasks_a])
     cdef const int32_t[::1] peer = np.ascontiguousarray(np.asarray(graph["peer"], np.int32)[tasks_a])
     cdef const int64_t[::1] nbytes = np.ascontiguousarray(np.asarray(graph["nbytes"], np.int64)[tasks_a])
+    has_addr = graph.get("host_addr") is not None
+    cdef const int64_t[::1] addr = np.ascontiguousarray(
+        np.asarray(graph["host_addr"], np.int64)[tasks_a] if has_addr else np.zeros(1, np.int64))
     n_xf = len(tasks_a) + int((op_a == 1).sum())
+    s.x_addr = <int64_t*>keep_full(keep, "x_addr", n_xf, np.int64, -1)
     s.n_xf = n_xf
     s.xf = <XferC*>aligned_alloc(64, <size_t>max(n_xf, 1) * sizeof(XferC))    # one record = two cache lines
     if s.xf == NULL:
@@ -290,6 +329,10 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
         t = tasks[i]
         r = rank[i]
         q = peer[i]
+        if has_addr and addr[i] >= 0:
+            s.x_addr[x] = addr[i]
+            w = window_find(s, s.node_domain[r], addr[i], nbytes[i], &gaddr) if 0 <= r < s.n_ranks else -1
+            q = s.w_rank[w] if w >= 0 else -1
         load = op[i] == 1
         t_xfer_v[t] = x
         init_xfer(s, x, r, q, nbytes[i], t, 1 if load else 0, 0, extra if load else -1)

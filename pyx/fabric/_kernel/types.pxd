@@ -387,3 +387,24 @@ cdef struct SimC:
     int64_t* samp                  # ring of samp_cap rows, each n_ch x SAMPLE_COLS int64 (cumulative or level)
     int32_t samp_cap               # rows it holds (even)
     int32_t samp_n                 # rows filled: row i is the state at (i + 1) x sample_ps
+    # ---- address translation at the ingress port (endpoint.pxi: translate; docs/kernel.md §Address translation)
+    int64_t* x_addr                # per transfer: host address in its issuer's host domain (-1: addressed by rank)
+    int32_t n_dom                  # host domains with a shadow-window table
+    int64_t* w_ptr                 # CSR: each domain's windows (sorted by base, at most endpoint.shadow_windows)
+    int64_t* w_base                # per window: host base, size, global target base, owner rank
+    int64_t* w_size
+    int64_t* w_target
+    int32_t* w_rank
+    int64_t* tc_tag                # translation cache of each rank's ingress port: [rank][set][way] page (-1 empty)
+    int64_t* tc_use                # ... and when each entry was last used (LRU)
+    int32_t tc_sets                # sets per port (a power of two; 0: no cache, every translation walks the table)
+    int32_t tc_ways                # entries per set
+    int32_t page_shift             # log2 of the page a cache entry maps
+    ps_t xmiss_ps                  # a miss: the walk of the domain's window table, on top of xlate_ps
+    int32_t ln_inject_miss         # lanes of an issue whose translation missed (+ P2P forwarding)
+    int32_t ln_inject_miss_p2p
+    int64_t tc_clock               # translations so far (the LRU clock)
+    int64_t xl_miss                # translations that missed the cache
+    int64_t xl_shadow              # translated transfers forwarded through a shadow window to another host domain
+    int64_t xl_cross_B             # their bytes
+    int64_t xl_ur                  # transfers completed as Unsupported Request (address in no window)
