@@ -16,7 +16,7 @@ import numpy as np
 from fabric._check_build import kernel
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError, SimulationError
-from fabric.phy import ps
+from fabric.phy import burst_params, ps
 
 ENGINES = ("packet", "analytic")
 FAULTS = {"corrupt_flit": kernel.FAULT_CORRUPT_FLIT, "lose_ack": kernel.FAULT_LOSE_ACK,
@@ -161,6 +161,7 @@ def kernel_params(cfg: FabricConfig, topo=None) -> dict:
         issue_ps=ps(ep.issue_ns), complete_ps=ps(ep.completion_ns), xlate_ps=ps(ep.translation_ns),
         p2p_ps=ps(ep.p2p_forward_ns), watchdog_ps=ps(cfg.sim.watchdog_ns), seed=cfg.sim.seed,
         fixed_priority=int(cfg.switch.arbitration == "fixed_priority"), e2e_window_B=fc["e2e_window_B"],
+        ctrl_B=link.control_wire_bytes, ge=burst_params(cfg),
     )
 
 

@@ -59,12 +59,34 @@ cdef int send_ctrl(SimC* s, int32_t ch, int kind, int32_t vc, int64_t value) exc
         lost = True
     if not lost and s.c[rev].p_flit > 0.0 and c_uniform(&s.c[rev].rng) <= s.c[rev].p_flit:
         lost = True
+    if s.ctrl_B:
+        ctrl_wire(s, rev)
     if lost:
         s.k[ch].ctrl_lost += 1
         return 0
     delay = s.heap.lane[k].delay if k >= 0 else s.c[rev].flit_ps + s.c[rev].ch_lat    # the same value
     c_push_lane(&s.heap, k, s.now + delay, EV_CTRL_ARRIVE, ch, kind | (vc << 8), value, s.c[ch].epoch)
     return 0
+
+cdef void ctrl_wire(SimC* s, int32_t rev) noexcept nogil:
+    """A control message of link.control_wire_bytes takes wire time on rev: behind the unit rev is sending (its
+    next unit starts after the bytes), or on an idle rev at once, in a flit of its own that a unit starting while
+    it is still on the wire finds padded out (phy.pxi frame_unit). Its own delay stays the lane's (one flit + the
+    PHY/wire latency)."""
+    cdef ChanC* c = &s.c[rev]
+    cdef int64_t P = s.flitpay_B
+    cdef ps_t t0
+    if c.tx_busy or c.ctrl_owed_B:
+        c.ctrl_owed_B += s.ctrl_B
+        return
+    t0 = s.now
+    if c.flit_pos > 0 and c.flit_t0 + <ps_t>(s.flit_B * c.ps_per_B + 0.5) > s.now:
+        t0 = c.flit_t0 + <ps_t>(s.flit_B * c.ps_per_B + 0.5)
+    c.tx_fin = t0 + <ps_t>(wire_B(s.ctrl_B, P, s.flit_B) * c.ps_per_B + 0.5)
+    c.flit_t0 = t0 + <ps_t>((s.ctrl_B // P) * s.flit_B * c.ps_per_B + 0.5)
+    c.flit_pos = <int32_t>(s.ctrl_B % P)
+    c.flit_sampled = 0
+    s.k[rev].busy_ps += c.tx_fin - s.now
 
 cdef int send_ack(SimC* s, int32_t ch) except -1 nogil:
     s.c[ch].ack_pending = 0
@@ -140,17 +162,10 @@ cdef int start_replay(SimC* s, int32_t ch, bint timeout) except -1 nogil:
     return try_send(s, ch)
 
 cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogil:
-    """Serialise one unit on ch and schedule its arrival (head) at the receiver."""
-    cdef ps_t ser = <ps_t>(r.tlp_B * s.c[ch].ps_per_tlpB + 0.5)
-    cdef ps_t fin = s.now + ser
-    cdef ps_t head, first
-    cdef bint bad
-    if ser < 1:
-        ser = 1
-        fin = s.now + 1
-    first = ser if ser < s.c[ch].flit_ps else s.c[ch].flit_ps
-    if tail_in + first > fin:          # cut-through: cannot finish before the tail has arrived
-        fin = tail_in + first
+    """Serialise one unit on ch (framed into its flits: phy.pxi frame_unit) and schedule its arrival (head) at the
+    receiver."""
+    cdef ps_t fin, head, tail
+    cdef bint bad = frame_unit(s, ch, r.tlp_B, tail_in, &fin, &head, &tail)
     if s.c[ch].cr_short:                 # a credit stall ends when the output sends anything (replays included)
         s.k[ch].credit_stall_ps += s.now - s.c[ch].stall_since
         s.c[ch].stall_since = -1
@@ -159,13 +174,12 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     s.k[ch].busy_ps += fin - s.now
     s.k[ch].units += 1
     s.k[ch].tlp_B += r.tlp_B
-    bad = phy_unit(s, ch, r.tlp_B)
-    head = s.now + first + s.c[ch].ch_lat
+    head += s.c[ch].ch_lat
     s.c[ch].lane_txd = <int8_t>lane_pick(&s.heap, s.c[ch].lane_txd, fin - s.now)
     c_push_lane(&s.heap, s.c[ch].lane_txd, fin, EV_TX_DONE, ch, 0, 0, 0)
     s.c[ch].lane_arr = <int8_t>lane_pick(&s.heap, s.c[ch].lane_arr, head - s.now)
     c_push_lane(&s.heap, s.c[ch].lane_arr, head, EV_PKT_ARRIVE, ch, r.pkt,
-                (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((fin - s.now - first) << 33), s.c[ch].epoch)
+                (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((tail + s.c[ch].ch_lat - head) << 33), s.c[ch].epoch)
     if not s.c[ch].rt_armed:
         arm_replay_timer(s, ch)
     return 0
