@@ -34,11 +34,20 @@ def GBps(ps_per_B):
     return PS_PER_NS / ps_per_B
 
 
+def line_gbps(cfg) -> float:
+    """Line rate of one direction of a fabric link in Gb/s (lanes x lane rate x line code): what efficiencies are
+    measured against."""
+    return cfg.phy.lanes * cfg.phy.lane_rate_gbps * cfg.phy.line_code_efficiency
+
+
+def fec_rate(cfg) -> float:
+    """Fraction of the line rate left to flits by the FEC code (k/n; 1 without FEC)."""
+    return cfg.phy.fec_k / cfg.phy.fec_n if cfg.phy.fec_n else 1.0
+
+
 def data_gbps(cfg) -> float:
-    """Data rate of one direction of a fabric link in Gb/s: the flit stream's (lanes x lane rate x line code x the
-    FEC code rate k/n when FEC is on)."""
-    p = cfg.phy
-    return p.lanes * p.lane_rate_gbps * p.line_code_efficiency * (p.fec_k / p.fec_n if p.fec_n else 1.0)
+    """Data rate of one direction of a fabric link in Gb/s: the flit stream's (line rate x FEC code rate)."""
+    return line_gbps(cfg) * fec_rate(cfg)
 
 
 def link_latency_ps(cfg) -> int:
@@ -164,10 +173,10 @@ def wire_bytes(cfg, payload_bytes: int, alone: bool = False) -> float:
 
 
 def payload_efficiency(cfg, payload_bytes: int | None = None, alone: bool = False) -> float:
-    """Payload bytes delivered per byte on the wire, from the framing alone: packets of `payload_bytes` (default
-    the max payload) back to back, or one alone on an idle link."""
+    """Payload bytes delivered per byte of line rate, from the framing (and the FEC code rate): packets of
+    `payload_bytes` (default the max payload) back to back, or one alone on an idle link."""
     p = cfg.txn.max_payload_bytes if payload_bytes is None else payload_bytes
-    return p / wire_bytes(cfg, p, alone)
+    return p / wire_bytes(cfg, p, alone) * fec_rate(cfg)
 
 
 def packet_flits(cfg, payload_bytes: int) -> int:

@@ -44,7 +44,7 @@ def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int
     delivered = res.totals["delivered"]
     goodput = 8.0 * p * delivered / phy.ns(stream_ps)
     wire_B = c["flits"] * cfg.phy.flit_bytes
-    raw_gbps = phy.data_gbps(cfg)
+    raw_gbps = phy.line_gbps(cfg)
     return dict(
         payload_bytes=p, packets=packets, ber=cfg.phy.ber, seed=cfg.sim.seed,
         payload_efficiency=goodput / raw_gbps,
@@ -52,7 +52,7 @@ def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int
         payload_efficiency_alone=_alone_efficiency(cfg, p),
         payload_efficiency_alone_model=phy.payload_efficiency(cfg, p, alone=True),
         **phy.error_rates(cfg),
-        wire_efficiency=p * delivered / wire_B if wire_B else 0.0,
+        wire_efficiency=p * delivered / wire_B * phy.fec_rate(cfg) if wire_B else 0.0,
         retransmission_overhead=(c["units"] - c["packets"]) / max(c["packets"], 1),
         goodput_gbps=goodput, raw_gbps=raw_gbps,
         packets_sent=int(c["packets"]), packets_delivered=int(delivered),
@@ -78,4 +78,4 @@ def _alone_efficiency(cfg: FabricConfig, p: int) -> float:
     g.update(succ_ptr=np.r_[np.arange(n), n - 1].astype(np.int64), succ_idx=np.arange(1, n, dtype=np.int32),
              n_deps=np.r_[0, np.ones(n - 1)].astype(np.int32))              # a chain: each waits for the last
     res = sim.run(cfg, two_node_topology(cfg), g)
-    return p * n / (res.counters["flits"][0] * cfg.phy.flit_bytes)
+    return p * n / (res.counters["flits"][0] * cfg.phy.flit_bytes) * phy.fec_rate(cfg)

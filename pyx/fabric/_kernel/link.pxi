@@ -74,17 +74,16 @@ cdef void ctrl_wire(SimC* s, int32_t rev) noexcept nogil:
     it is still on the wire finds padded out (phy.pxi frame_unit). Its own delay stays the lane's (one flit + the
     PHY/wire latency)."""
     cdef ChanC* c = &s.c[rev]
-    cdef int64_t P = s.flitpay_B
-    cdef ps_t t0
+    cdef ps_t base = s.now
     if c.tx_busy or c.ctrl_owed_B:
         c.ctrl_owed_B += s.ctrl_B
         return
-    t0 = s.now
-    if c.flit_pos > 0 and c.flit_t0 + <ps_t>(s.flit_B * c.ps_per_B + 0.5) > s.now:
-        t0 = c.flit_t0 + <ps_t>(s.flit_B * c.ps_per_B + 0.5)
-    c.tx_fin = t0 + <ps_t>(wire_B(s.ctrl_B, P, s.flit_B) * c.ps_per_B + 0.5)
-    c.flit_t0 = t0 + <ps_t>((s.ctrl_B // P) * s.flit_B * c.ps_per_B + 0.5)
-    c.flit_pos = <int32_t>(s.ctrl_B % P)
+    if c.flit_pos > 0 and flit_open_end(s, c) > s.now:
+        base = flit_open_end(s, c)
+    c.flit_base = base
+    c.flit_off = (s.ctrl_B // s.flitpay_B) * s.flit_B
+    c.tx_fin = base + <ps_t>(wire_B(s.ctrl_B, s.flitpay_B, s.flit_B) * c.ps_per_B + 0.5)
+    c.flit_pos = <int32_t>(s.ctrl_B % s.flitpay_B)
     c.flit_sampled = 0
     s.k[rev].busy_ps += c.tx_fin - s.now
 

@@ -14,43 +14,49 @@ cdef inline double wire_B(int64_t x, int64_t flitpay_B, int64_t flit_B) noexcept
     follow its payload area): the offset of stream byte x in wire bytes."""
     return <double>((x // flitpay_B) * flit_B + x % flitpay_B)
 
+cdef inline ps_t flit_open_end(SimC* s, ChanC* c) noexcept nogil:
+    """When the flit the last unit ended in ends on the wire (its padding included)."""
+    return c.flit_base + <ps_t>((c.flit_off + s.flit_B) * c.ps_per_B + 0.5)
+
 cdef bint frame_unit(SimC* s, int32_t ch, int32_t tlp_B, ps_t tail_in, ps_t* fin, ps_t* head, ps_t* tail) \
         except -1 nogil:
     """Put a unit of tlp_B bytes into ch's flit stream now; returns whether it arrives corrupted.
 
     A unit that starts the instant the previous one ended (tx_fin) continues the flit that one left open; any other
     finds that flit padded out and starts a new one, at the end of the open flit if it is still on the wire, else
-    at once. Control bytes owed (link.control_wire_bytes) go first. It occupies flits [a // P, ceil(e / P)) of
-    payload P from the flit start t0 (a, e: its first and past-last stream bytes); the transmitter is free when its
-    last byte is out (fin), its head is usable when its first flit's CRC is in (head) and its tail when its last
-    flit's is (tail); a cut-through hop cannot finish before the packet's tail came in (tail_in), which delays all
-    three. Bit errors are drawn for the flits it opens; a flit it shares was drawn with the unit before."""
+    at once. Control bytes owed (link.control_wire_bytes) go first. It occupies the flits [a // P, ceil(e / P)) of
+    payload P counted from the open flit (a, e: its first and past-last stream bytes); the transmitter is free when
+    its last byte is out (fin), its head is usable when its first flit's CRC is in (head) and its tail when its
+    last flit's is (tail); a cut-through hop cannot finish before the packet's tail came in (tail_in), which delays
+    all three. Bit errors are drawn for the flits it opens; a flit it shares was drawn with the unit before."""
     cdef ChanC* c = &s.c[ch]
-    cdef int64_t P = s.flitpay_B, F = s.flit_B, a, e, opened
+    cdef int64_t P = s.flitpay_B, F = s.flit_B, a, e, opened, off
     cdef double ppb = c.ps_per_B
-    cdef ps_t t0, shift, start
+    cdef ps_t base, shift, start
     cdef bint shared = False
     cdef int code = 0
     if c.flit_pos > 0 and s.now == c.tx_fin:            # back to back: the open flit goes on
-        t0 = c.flit_t0
+        base = c.flit_base
+        off = c.flit_off
         a = c.flit_pos
         shared = c.flit_sampled
     else:
-        t0 = s.now
-        if c.flit_pos > 0 and c.flit_t0 + <ps_t>(F * ppb + 0.5) > s.now:     # padding out the open flit
-            t0 = c.flit_t0 + <ps_t>(F * ppb + 0.5)
+        base = s.now
+        if c.flit_pos > 0 and flit_open_end(s, c) > s.now:     # padding out the open flit
+            base = flit_open_end(s, c)
+        off = 0
         a = 0
     if c.ctrl_owed_B:
         a += c.ctrl_owed_B
         c.ctrl_owed_B = 0
         shared = shared and a < P
     e = a + tlp_B
-    start = t0 + <ps_t>(wire_B(a, P, F) * ppb + 0.5)
-    fin[0] = t0 + <ps_t>(wire_B(e, P, F) * ppb + 0.5)
+    start = base + <ps_t>((off + wire_B(a, P, F)) * ppb + 0.5)
+    fin[0] = base + <ps_t>((off + wire_B(e, P, F)) * ppb + 0.5)
     if fin[0] <= s.now:
         fin[0] = s.now + 1
-    tail[0] = t0 + <ps_t>(((e + P - 1) // P) * F * ppb + 0.5)
-    head[0] = t0 + <ps_t>((a // P + 1) * F * ppb + 0.5)
+    tail[0] = base + <ps_t>((off + ((e + P - 1) // P) * F) * ppb + 0.5)
+    head[0] = base + <ps_t>((off + (a // P + 1) * F) * ppb + 0.5)
     if head[0] > tail[0]:
         head[0] = tail[0]
     shift = 0
@@ -59,7 +65,8 @@ cdef bint frame_unit(SimC* s, int32_t ch, int32_t tlp_B, ps_t tail_in, ps_t* fin
     fin[0] += shift; tail[0] += shift
     c.tx_fin = fin[0]
     c.flit_pos = <int32_t>(e % P)
-    c.flit_t0 = t0 + <ps_t>((e // P) * F * ppb + 0.5) + shift
+    c.flit_base = base + shift
+    c.flit_off = off + (e // P) * F
     opened = (e + P - 1) // P - a // P - shared
     s.k[ch].flits += opened
     if opened > 0:
@@ -67,7 +74,8 @@ cdef bint frame_unit(SimC* s, int32_t ch, int32_t tlp_B, ps_t tail_in, ps_t* fin
     c.flit_sampled = 1
     if shared and c.open_bad:
         code |= 1
-    c.open_bad = (code >> 1) & 1 if opened > 0 else c.open_bad
+    if opened > 0:
+        c.open_bad = (code >> 1) & 1
     return code & 1
 
 cdef inline int phy_unit(SimC* s, int32_t ch, int32_t span_B) noexcept nogil:
@@ -130,6 +138,9 @@ cdef int phy_corrupt(SimC* s, int32_t ch, int32_t span_B) noexcept nogil:
             start_bit = cum0 * flit_bits / s.flitpay_B
             s.c[ch].next_err_bit = next_error(s, ch, start_bit)
         while s.c[ch].next_err_bit < end_bit:
+            if s.c[ch].ge_check:                  # no error up to here: draw on from it
+                s.c[ch].next_err_bit = next_error(s, ch, s.c[ch].next_err_bit)
+                continue
             f = <double>(<int64_t>(s.c[ch].next_err_bit / flit_bits) + 1)
             code |= 1 | (2 if <int64_t>f == f1 + 1 else 0)
             s.k[ch].flits_corrupted += 1
@@ -152,9 +163,13 @@ cdef double next_error(SimC* s, int32_t ch, double at) noexcept nogil:
     """Stream position (bits) of the next errored bit at or after `at`: geometric gaps at the channel's BER or, with
     the Gilbert-Elliott model, at the BER of the state each stretch of the stream is in (exponential dwell, in
     stream bits; memoryless, so a stretch without error ends at the state change and the draw starts again there).
-    A state with BER 0 draws nothing but its dwell: an error-free good state costs no draw per unit."""
+    A state with BER 0 draws nothing but its dwell: an error-free good state costs no draw per unit. After 64 state
+    changes without an error it returns the position reached with ge_check set: a point to look again from (the
+    countdown lets units through up to it), not an error."""
     cdef ChanC* c = &s.c[ch]
     cdef double x
+    cdef int flips = 0
+    c.ge_check = 0
     if not s.ge_on:
         return at + log(c_uniform(&c.rng)) / c.log1m_ber
     if c.ge_flip_bit < 0.0:                       # first use: the channel starts in the good state
@@ -163,12 +178,14 @@ cdef double next_error(SimC* s, int32_t ch, double at) noexcept nogil:
         while c.ge_flip_bit <= at:
             c.ge_bad ^= 1
             c.ge_flip_bit -= log(c_uniform(&c.rng)) * s.ge_dwell_bits[c.ge_bad]
+            flips += 1
         if s.ge_log1m[c.ge_bad] < 0.0:
             x = at + log(c_uniform(&c.rng)) / s.ge_log1m[c.ge_bad]
             if x < c.ge_flip_bit:
                 return x
         at = c.ge_flip_bit
-        if at > 1e18:                             # past any run (the caller caps there too)
+        if flips >= 64:
+            c.ge_check = 1
             return at
 
 cdef bint fault_take(SimC* s, int32_t ch, int kind, int64_t count) noexcept nogil:

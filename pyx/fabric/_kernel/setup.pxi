@@ -101,7 +101,7 @@ cdef int setup_channels(SimC* s, dict keep, dict p, dict topo) except -1:
     for i in range(C):
         cc = &s.c[i]
         cc.wake_at = -1; cc.stall_since = -1; cc.rr = -1; cc.tx_free_ch = -1; cc.next_err_bit = -1.0
-        cc.ge_flip_bit = -1.0; cc.tx_fin = -1
+        cc.ge_flip_bit = -1.0; cc.tx_fin = -1; cc.flit_base = -1
         cc.ch_src = ch_src[i]; cc.ch_dst = ch_dst[i]; cc.ch_rev = ch_rev[i]
         cc.ps_per_B = ppb[i]; cc.flit_ps = flit_ps[i]; cc.ch_lat = ch_lat[i]
         cc.log1m_ber = log1m_ber[i]; cc.p_flit = p_flit[i]; cc.rng = <uint64_t>rng[i]

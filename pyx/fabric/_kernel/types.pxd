@@ -235,7 +235,9 @@ cdef struct ChanC:
     int8_t lane_dlv            # event lane its last EV_DELIVER went to (the receiver's: its last hop ends here)
     int8_t _pad4[3]
     # -- line 5: the open flit (phy.pxi frame_unit) and the Gilbert-Elliott burst state (phy.pxi next_error)
-    ps_t flit_t0               # when the flit the last unit ended in began on the wire
+    ps_t flit_base             # start of the current run of back-to-back flits: every time in it is flit_base +
+    int64_t flit_off           # round(wire bytes x ps_per_B), so none rounds out of order; flit_off: wire bytes
+                               # from flit_base to the flit the last unit ended in
     ps_t tx_fin                # when the last unit's last byte left (a unit starting then continues its flit)
     double ge_flip_bit         # stream position (bits) of the next good <-> bad state change (-1: not drawn yet)
     int32_t flit_pos           # bytes of that flit's payload area used (0: the unit ended on a flit boundary)
@@ -243,7 +245,8 @@ cdef struct ChanC:
     int8_t flit_sampled        # the open flit's bit errors are drawn (a data unit's flit, not control bytes only)
     int8_t open_bad            # ... and it is errored: a unit that shares it is corrupted too
     int8_t ge_bad              # burst model: in the bad state at ge_flip_bit's side of the stream position
-    int8_t _pad5[29]
+    int8_t ge_check            # next_err_bit is no error but a point to look again from (next_error's horizon)
+    int8_t _pad5[20]
 
 cdef struct CntC:              # counters exposed to Python (int64 columns: strided numpy views; queue_len and queue_max
                                # share one, 32 bits each); 192 B from a 64 B boundary: line 1 holds all that sending a
