@@ -68,24 +68,14 @@ cdef int send_ctrl(SimC* s, int32_t ch, int kind, int32_t vc, int64_t value) exc
     c_push_lane(&s.heap, k, s.now + delay, EV_CTRL_ARRIVE, ch, kind | (vc << 8), value, s.c[ch].epoch)
     return 0
 
-cdef void ctrl_wire(SimC* s, int32_t rev) noexcept nogil:
-    """A control message of link.control_wire_bytes takes wire time on rev: behind the unit rev is sending (its
-    next unit starts after the bytes), or on an idle rev at once, in a flit of its own that a unit starting while
-    it is still on the wire finds padded out (phy.pxi frame_unit). Its own delay stays the lane's (one flit + the
-    PHY/wire latency)."""
-    cdef ChanC* c = &s.c[rev]
-    cdef ps_t base = s.now
-    if c.tx_busy or c.ctrl_owed_B:
-        c.ctrl_owed_B += s.ctrl_B
-        return
-    if c.flit_pos > 0 and flit_open_end(s, c) > s.now:
-        base = flit_open_end(s, c)
-    c.flit_base = base
-    c.flit_off = (s.ctrl_B // s.flitpay_B) * s.flit_B
-    c.tx_fin = base + <ps_t>(wire_B(s.ctrl_B, s.flitpay_B, s.flit_B) * c.ps_per_B + 0.5)
-    c.flit_pos = <int32_t>(s.ctrl_B % s.flitpay_B)
-    c.flit_sampled = 0
-    s.k[rev].busy_ps += c.tx_fin - s.now
+cdef inline void ctrl_wire(SimC* s, int32_t rev) noexcept nogil:
+    """A control message of link.control_wire_bytes takes wire time on rev: behind the unit rev is sending (owed:
+    they go before its next unit, or when it is free), else now (phy.pxi ctrl_bytes). Its own delay stays the
+    lane's (one flit + the PHY/wire latency): it does not queue behind the unit."""
+    if s.c[rev].tx_busy:
+        s.c[rev].ctrl_owed_B += s.ctrl_B
+    else:
+        ctrl_bytes(s, rev, s.ctrl_B)
 
 cdef int send_ack(SimC* s, int32_t ch) except -1 nogil:
     s.c[ch].ack_pending = 0
@@ -311,7 +301,11 @@ cdef int on_tx_done(SimC* s, int32_t ch) except -1 nogil:
     if s.c[ch].tx_free_ch >= 0:
         free_buffer(s, s.c[ch].tx_free_ch, s.c[ch].tx_free_vc, s.c[ch].tx_free_flits)
         s.c[ch].tx_free_ch = -1
-    return try_send(s, ch)
+    try_send(s, ch)
+    if s.c[ch].ctrl_owed_B and not s.c[ch].tx_busy:      # no unit follows: the control bytes owed go now
+        ctrl_bytes(s, ch, s.c[ch].ctrl_owed_B)
+        s.c[ch].ctrl_owed_B = 0
+    return 0
 
 cdef int on_ack_timer(SimC* s, EventC* e) except -1 nogil:
     """The Ack coalescing timer of the receiver of e.ch expired: acknowledge what is pending, unless an Ack went out

@@ -18,34 +18,55 @@ cdef inline ps_t flit_open_end(SimC* s, ChanC* c) noexcept nogil:
     """When the flit the last unit ended in ends on the wire (its padding included)."""
     return c.flit_base + <ps_t>((c.flit_off + s.flit_B) * c.ps_per_B + 0.5)
 
+cdef inline bint stream_at(SimC* s, ChanC* c, ps_t* base, int64_t* off, int64_t* a) noexcept nogil:
+    """Where bytes put into c's flit stream now start: right behind the last unit's if they come the instant its
+    last byte left (tx_fin; returns whether that open flit's errors are drawn already), else in a new flit, at the
+    end of the open one if it is still on the wire (its rest is padding), else at once. base + (off + wire bytes)
+    x ps_per_B is the time of a wire byte; a is the payload byte of the flit at off that they start at."""
+    if c.flit_pos > 0 and s.now == c.tx_fin:            # back to back: the open flit goes on
+        base[0] = c.flit_base
+        off[0] = c.flit_off
+        a[0] = c.flit_pos
+        return c.flit_sampled
+    base[0] = s.now
+    if c.flit_pos > 0 and flit_open_end(s, c) > s.now:   # padding out the open flit
+        base[0] = flit_open_end(s, c)
+    off[0] = 0
+    a[0] = 0
+    return False
+
+cdef void ctrl_bytes(SimC* s, int32_t ch, int64_t nbytes) noexcept nogil:
+    """nbytes of control messages (link.control_wire_bytes each) go into ch's flit stream now, where a unit would
+    (stream_at); the transmitter stays free for units, which start behind them or, once they are out, in a new flit
+    (their flit is padded out). They take no credits and draw no bit errors (control flits draw their own)."""
+    cdef ChanC* c = &s.c[ch]
+    cdef ps_t base
+    cdef int64_t off, a
+    cdef bint sampled = stream_at(s, c, &base, &off, &a)
+    cdef int64_t e = a + nbytes
+    c.tx_fin = base + <ps_t>((off + wire_B(e, s.flitpay_B, s.flit_B)) * c.ps_per_B + 0.5)
+    s.k[ch].busy_ps += c.tx_fin - s.now
+    c.flit_base = base
+    c.flit_off = off + (e // s.flitpay_B) * s.flit_B
+    c.flit_pos = <int32_t>(e % s.flitpay_B)
+    c.flit_sampled = sampled and e < s.flitpay_B
+
 cdef bint frame_unit(SimC* s, int32_t ch, int32_t tlp_B, ps_t tail_in, ps_t* fin, ps_t* head, ps_t* tail) \
         except -1 nogil:
     """Put a unit of tlp_B bytes into ch's flit stream now; returns whether it arrives corrupted.
 
-    A unit that starts the instant the previous one ended (tx_fin) continues the flit that one left open; any other
-    finds that flit padded out and starts a new one, at the end of the open flit if it is still on the wire, else
-    at once. Control bytes owed (link.control_wire_bytes) go first. It occupies the flits [a // P, ceil(e / P)) of
-    payload P counted from the open flit (a, e: its first and past-last stream bytes); the transmitter is free when
-    its last byte is out (fin), its head is usable when its first flit's CRC is in (head) and its tail when its
-    last flit's is (tail); a cut-through hop cannot finish before the packet's tail came in (tail_in), which delays
-    all three. Bit errors are drawn for the flits it opens; a flit it shares was drawn with the unit before."""
+    It starts where stream_at says, behind control bytes owed (link.control_wire_bytes, sent while it waited), and
+    occupies the flits [a // P, ceil(e / P)) of payload P counted from the open flit (a, e: its first and past-last
+    stream bytes); the transmitter is free when its last byte is out (fin), its head is usable when its first flit's
+    CRC is in (head) and its tail when its last flit's is (tail); a cut-through hop cannot finish before the
+    packet's tail came in (tail_in), which delays all three. Bit errors are drawn for the flits it opens; a flit it
+    shares was drawn with the unit before."""
     cdef ChanC* c = &s.c[ch]
     cdef int64_t P = s.flitpay_B, F = s.flit_B, a, e, opened, off
     cdef double ppb = c.ps_per_B
     cdef ps_t base, shift, start
-    cdef bint shared = False
+    cdef bint shared = stream_at(s, c, &base, &off, &a)
     cdef int code = 0
-    if c.flit_pos > 0 and s.now == c.tx_fin:            # back to back: the open flit goes on
-        base = c.flit_base
-        off = c.flit_off
-        a = c.flit_pos
-        shared = c.flit_sampled
-    else:
-        base = s.now
-        if c.flit_pos > 0 and flit_open_end(s, c) > s.now:     # padding out the open flit
-            base = flit_open_end(s, c)
-        off = 0
-        a = 0
     if c.ctrl_owed_B:
         a += c.ctrl_owed_B
         c.ctrl_owed_B = 0
