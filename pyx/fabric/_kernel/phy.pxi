@@ -29,8 +29,8 @@ cdef inline bint stream_at(SimC* s, ChanC* c, ps_t* base, int64_t* off, int64_t*
         a[0] = c.flit_pos
         return c.flit_sampled
     base[0] = s.now
-    if c.flit_pos > 0 and flit_open_end(s, c) > s.now:   # padding out the open flit
-        base[0] = flit_open_end(s, c)
+    if c.flit_pos > 0:                                   # padding out the open flit, if still on the wire
+        base[0] = max(s.now, flit_open_end(s, c))
     off[0] = 0
     a[0] = 0
     return False
@@ -62,7 +62,7 @@ cdef bint frame_unit(SimC* s, int32_t ch, int32_t tlp_B, ps_t tail_in, ps_t* fin
     packet's tail came in (tail_in), which delays all three. Bit errors are drawn for the flits it opens; a flit it
     shares was drawn with the unit before."""
     cdef ChanC* c = &s.c[ch]
-    cdef int64_t P = s.flitpay_B, F = s.flit_B, a, e, opened, off
+    cdef int64_t P = s.flitpay_B, F = s.flit_B, a, e, q, r, qa, opened, off
     cdef double ppb = c.ps_per_B
     cdef ps_t base, shift, start
     cdef bint shared = stream_at(s, c, &base, &off, &a)
@@ -72,12 +72,15 @@ cdef bint frame_unit(SimC* s, int32_t ch, int32_t tlp_B, ps_t tail_in, ps_t* fin
         c.ctrl_owed_B = 0
         shared = shared and a < P
     e = a + tlp_B
-    start = base + <ps_t>((off + wire_B(a, P, F)) * ppb + 0.5)
-    fin[0] = base + <ps_t>((off + wire_B(e, P, F)) * ppb + 0.5)
+    q = e // P                                          # flits it fills to the end; r bytes into the next
+    r = e - q * P
+    qa = a // P if a >= P else 0                        # (a >= P only behind control bytes owed)
+    start = base + <ps_t>((off + qa * F + (a - qa * P)) * ppb + 0.5)
+    fin[0] = base + <ps_t>((off + q * F + r) * ppb + 0.5)
     if fin[0] <= s.now:
         fin[0] = s.now + 1
-    tail[0] = base + <ps_t>((off + ((e + P - 1) // P) * F) * ppb + 0.5)
-    head[0] = base + <ps_t>((off + (a // P + 1) * F) * ppb + 0.5)
+    tail[0] = base + <ps_t>((off + (q + (r > 0)) * F) * ppb + 0.5)
+    head[0] = base + <ps_t>((off + (qa + 1) * F) * ppb + 0.5)
     if head[0] > tail[0]:
         head[0] = tail[0]
     shift = 0
@@ -85,10 +88,10 @@ cdef bint frame_unit(SimC* s, int32_t ch, int32_t tlp_B, ps_t tail_in, ps_t* fin
         shift = tail_in + (head[0] - start) - fin[0]
     fin[0] += shift; tail[0] += shift
     c.tx_fin = fin[0]
-    c.flit_pos = <int32_t>(e % P)
+    c.flit_pos = <int32_t>r
     c.flit_base = base + shift
-    c.flit_off = off + (e // P) * F
-    opened = (e + P - 1) // P - a // P - shared
+    c.flit_off = off + q * F
+    opened = q + (r > 0) - qa - shared
     s.k[ch].flits += opened
     if opened > 0:
         code = phy_unit(s, ch, <int32_t>(opened * P))
