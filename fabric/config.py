@@ -93,8 +93,35 @@ class PhyConfig(_Section):
     wire_ns_per_m: float = param(5.0, unit="ns/m", lo=0, hi=100, help="propagation delay per metre",
                                  reason="copper, docs/sources.md §Protocol standards")
     ber: float = param(1e-12, unit="errors/bit", lo=0, hi=1, hi_open=True,
-                       help="bit error rate; each unit on the wire is corrupted with 1-(1-ber)^(8*bytes)",
+                       help="raw bit error rate (of the good state with the burst model); a flit fails its CRC with "
+                            "1-(1-ber)^(8*flit_bytes) without FEC",
                        reason="the SD200's published BER (docs/sources.md §SD200 link)")
+    fec_n: int = param(0, unit="symbols", lo=0, hi=1 << 16,
+                       help="FEC: Reed-Solomon codeword length n (0 = no FEC); it corrects (n-k)/2 symbols, costs "
+                            "k/n of the rate and fec_latency_ns per hop, and the kernel draws flit errors at the "
+                            "post-FEC rate (fabric/phy.py flit_error_rate); 544 with fec_k=514 is KP4",
+                       reason="off: the SD200's BER 1e-12 needs none, and 96% payload efficiency leaves no room "
+                              "for a 5.5% code (docs/sources.md §Protocol standards)")
+    fec_k: int = param(514, unit="symbols", lo=1, hi=1 << 16, help="FEC: data symbols per codeword",
+                       reason="KP4 RS(544,514), t = 15, as 100G-per-lane Ethernet and UALink-class PHYs use")
+    fec_symbol_bits: int = param(10, unit="bits", lo=1, hi=16, help="FEC: bits per Reed-Solomon symbol",
+                                 reason="KP4's 10-bit symbols")
+    fec_latency_ns: float = param(60.0, unit="ns", lo=0, hi=1e6,
+                                  help="FEC: encode + decode latency added to every hop when fec_n > 0",
+                                  reason="RS-FEC receive latency 37-115 ns (docs/sources.md §Protocol standards); "
+                                         "not published for this PHY [E]")
+    ge_bad_ber: float = param(0.0, unit="errors/bit", lo=0, hi=1, hi_open=True,
+                              help="burst errors (two-state Gilbert-Elliott): BER of the bad state (0 = off; the "
+                                   "good state's is phy.ber)",
+                              reason="off: the published figure is one BER (docs/sources.md §SD200 link)")
+    ge_good_dwell_ns: float = param(1e6, unit="ns", lo=0, lo_open=True, hi=1e15,
+                                    help="burst errors: mean time in the good state (exponential; counted while "
+                                         "the link sends)",
+                                    reason="not published [E]: rare bursts, one per ms of traffic")
+    ge_bad_dwell_ns: float = param(100.0, unit="ns", lo=0, lo_open=True, hi=1e15,
+                                   help="burst errors: mean time in the bad state (exponential; counted while the "
+                                        "link sends)",
+                                   reason="not published [E]: a burst of a few flits' length at 64 GB/s")
 
 
 @dataclass(frozen=True)
@@ -143,6 +170,13 @@ class LinkConfig(_Section):
     credit_update_ns: float = param(50.0, unit="ns", lo=0, lo_open=True, hi=1e9,
                                     help="send an UpdateFC at the latest this long after a credit is freed",
                                     reason="short against the 300 ns credit round trip the pool covers")
+    control_wire_bytes: int = param(0, unit="B", lo=0, hi=4096,
+                                    help="wire bytes an Ack, Nak or UpdateFC takes on the reverse channel (0 = it "
+                                         "rides in the data-link bytes every flit carries); no credits (DLLPs "
+                                         "take none)",
+                                    reason="flit mode carries Ack/Nak and flow-control updates in each flit's "
+                                           "data-link bytes, paid in phy.flit_overhead_bytes (docs/sources.md "
+                                           "§Protocol standards: PCIe 6 flit mode); 8 = PCIe packet-mode DLLPs")
     credit_refresh_ns: float = param(1000.0, unit="ns", lo=0, lo_open=True, hi=1e10,
                                      help="resend the cumulative credit count this often while traffic is pending",
                                      reason="recovers lost UpdateFCs, as PCIe's periodic UpdateFC does")
@@ -563,6 +597,10 @@ def _cross_check(c: FabricConfig) -> None:
     if ep.xlate_page_bytes & (ep.xlate_page_bytes - 1):
         raise ConfigError(f"endpoint.xlate_page_bytes={ep.xlate_page_bytes} must be a power of two (e.g. 4096 or "
                           f"2097152)")
+    if c.phy.fec_n and not (c.phy.fec_k < c.phy.fec_n < 1 << c.phy.fec_symbol_bits):
+        raise ConfigError(f"phy.fec_n={c.phy.fec_n}, fec_k={c.phy.fec_k}, fec_symbol_bits={c.phy.fec_symbol_bits}: "
+                          f"a Reed-Solomon code needs fec_k < fec_n < 2^fec_symbol_bits; use e.g. fec_n=544 "
+                          f"fec_k=514 fec_symbol_bits=10 (KP4), or fec_n=0 for no FEC")
     if c.phy.flit_overhead_bytes >= c.phy.flit_bytes:
         raise ConfigError(f"phy.flit_overhead_bytes={c.phy.flit_overhead_bytes} must be smaller than "
                           f"phy.flit_bytes={c.phy.flit_bytes}")

@@ -34,18 +34,122 @@ def GBps(ps_per_B):
     return PS_PER_NS / ps_per_B
 
 
-def data_gbps(cfg) -> float:
-    """Raw data rate of one direction of a fabric link in Gb/s (lanes x lane rate x line code)."""
+def line_gbps(cfg) -> float:
+    """Line rate of one direction of a fabric link in Gb/s (lanes x lane rate x line code): what efficiencies are
+    measured against."""
     return cfg.phy.lanes * cfg.phy.lane_rate_gbps * cfg.phy.line_code_efficiency
 
 
+def fec_rate(cfg) -> float:
+    """Fraction of the line rate left to flits by the FEC code (k/n; 1 without FEC)."""
+    return cfg.phy.fec_k / cfg.phy.fec_n if cfg.phy.fec_n else 1.0
+
+
+def data_gbps(cfg) -> float:
+    """Data rate of one direction of a fabric link in Gb/s: the flit stream's (line rate x FEC code rate)."""
+    return line_gbps(cfg) * fec_rate(cfg)
+
+
 def link_latency_ps(cfg) -> int:
-    """PHY transmit + receive + wire time of a fabric link, the head latency of one channel."""
+    """PHY transmit + receive (+ FEC decode when on) + wire time of a fabric link, the head latency of a channel."""
     p = cfg.phy
-    return ps(p.tx_latency_ns + p.rx_latency_ns + p.cable_m * p.wire_ns_per_m)
+    return ps(p.tx_latency_ns + p.rx_latency_ns + (p.fec_latency_ns if p.fec_n else 0.0)
+              + p.cable_m * p.wire_ns_per_m)
+
+
+# ---------------------------------------------------------------- errors: FEC and bursts
+
+def flit_error_rate(cfg, ber: float) -> float:
+    """Probability that a flit of phy.flit_bytes fails its CRC at raw bit error rate `ber`, after the FEC.
+
+    Without FEC: 1 - (1 - ber)^(8 flit). With an RS(n, k) code over m-bit symbols correcting t = (n - k) / 2
+    symbols: a symbol is wrong with q = 1 - (1 - ber)^m, a codeword is uncorrectable when more than t of its n
+    symbols are (binomial tail), and a flit fails when a codeword it touches does: 1 + 8 flit / (k m) of them on
+    average (flits and codewords are not aligned)."""
+    import math
+    p = cfg.phy
+    if ber <= 0.0:
+        return 0.0
+    if not p.fec_n:
+        return -math.expm1(8.0 * p.flit_bytes * math.log1p(-ber))
+    return -math.expm1(codewords_per_flit(cfg) * math.log1p(-codeword_failure(cfg, ber)))
+
+
+def codeword_failure(cfg, ber: float) -> float:
+    """Probability that an FEC codeword is uncorrectable (> t symbol errors) at raw bit error rate `ber`."""
+    import math
+    p = cfg.phy
+    n, t = p.fec_n, (p.fec_n - p.fec_k) // 2
+    q = -math.expm1(p.fec_symbol_bits * math.log1p(-ber))
+    if q <= 0.0:
+        return 0.0
+    # the binomial tail summed from its first term up (terms fall fast when n q << t; lgamma keeps them finite)
+    lq, l1q = math.log(q), math.log1p(-q)
+    tail = 0.0
+    for j in range(t + 1, n + 1):
+        term = math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * lq + (n - j) * l1q)
+        tail += term
+        if term < tail * 1e-17:
+            break
+    return min(tail, 1.0)
+
+
+def codewords_per_flit(cfg) -> float:
+    """FEC codewords a flit touches on average (1 + flit bits / codeword data bits)."""
+    p = cfg.phy
+    return 1.0 + 8.0 * p.flit_bytes / (p.fec_k * p.fec_symbol_bits)
+
+
+def effective_ber(cfg, ber: float) -> float:
+    """The bit error rate the kernel's flit corruption draws with: the rate whose flit error probability
+    (1 - (1 - b)^(8 flit)) is flit_error_rate(cfg, ber); `ber` itself without FEC."""
+    import math
+    if not cfg.phy.fec_n or ber <= 0.0:
+        return ber
+    pf = flit_error_rate(cfg, ber)
+    return -math.expm1(math.log1p(-pf) / (8.0 * cfg.phy.flit_bytes)) if pf > 0.0 else 0.0
+
+
+def burst_params(cfg) -> dict | None:
+    """The Gilbert-Elliott burst model for the kernel (None when phy.ge_bad_ber is 0): per state (good, bad) the
+    bit error rate it draws with (after the FEC) and the mean dwell in stream bits (dwell ns x data rate)."""
+    p = cfg.phy
+    if p.ge_bad_ber <= 0.0:
+        return None
+    rate = data_gbps(cfg)                                  # bits per ns of the flit stream
+    return dict(ber=(effective_ber(cfg, p.ber), effective_ber(cfg, p.ge_bad_ber)),
+                dwell_bits=(p.ge_good_dwell_ns * rate, p.ge_bad_dwell_ns * rate))
+
+
+def error_rates(cfg) -> dict:
+    """Pre- and post-FEC error rates of a fabric link (the link probe's report): raw BER, flit error probability
+    without and with the FEC, the BER the kernel draws with, and with the burst model the long-run averages."""
+    p = cfg.phy
+    out = dict(fec=f"RS({p.fec_n},{p.fec_k}) m={p.fec_symbol_bits} t={(p.fec_n - p.fec_k) // 2}" if p.fec_n
+               else "none", raw_ber=p.ber, pre_fec_flit_error=_raw_flit_error(cfg, p.ber),
+               post_fec_flit_error=flit_error_rate(cfg, p.ber), effective_ber=effective_ber(cfg, p.ber))
+    ge = burst_params(cfg)
+    if ge:
+        pb = p.ge_bad_dwell_ns / (p.ge_good_dwell_ns + p.ge_bad_dwell_ns)
+        out.update(burst_bad_fraction=pb, burst_bad_ber=p.ge_bad_ber,
+                   pre_fec_flit_error=(1 - pb) * _raw_flit_error(cfg, p.ber) + pb * _raw_flit_error(cfg, p.ge_bad_ber),
+                   post_fec_flit_error=(1 - pb) * flit_error_rate(cfg, p.ber) + pb * flit_error_rate(cfg, p.ge_bad_ber))
+    return out
+
+
+def _raw_flit_error(cfg, ber: float) -> float:
+    import math
+    return -math.expm1(8.0 * cfg.phy.flit_bytes * math.log1p(-ber)) if ber > 0.0 else 0.0
 
 
 # ---------------------------------------------------------------- flit framing
+#
+# Packets (header + payload) are packed back to back into the payload areas of flits, as PCIe 6 flit mode and CXL
+# 256 B flits pack TLPs (a packet may share a flit with the one before and straddle flits): each packet pays its
+# header, each flit its CRC and data-link bytes. A flit left open when no packet follows at once is padded out,
+# and a packet is usable at the receiver only once the flit holding its last byte is in (its CRC). So a stream of
+# packets costs (header + payload) x flit / (flit - overhead) bytes of wire time (the back-to-back efficiency); a
+# packet alone costs whole flits (the kernel's phy.pxi frame_unit does both).
 
 def flit_payload_bytes(cfg) -> int:
     """Bytes of transaction-layer packets one flit carries (the flit less its CRC and data-link header)."""
@@ -53,39 +157,46 @@ def flit_payload_bytes(cfg) -> int:
 
 
 def framed(cfg, packet_bytes):
-    """Bytes on the wire that carry `packet_bytes` of transaction-layer packets (packets may share flits)."""
+    """Wire bytes of `packet_bytes` of transaction-layer packets sent back to back (sharing flits)."""
     return packet_bytes * cfg.phy.flit_bytes / flit_payload_bytes(cfg)
 
 
-def wire_bytes(cfg, payload_bytes: int) -> float:
-    """Bytes on the wire for one packet: header + payload packed into flits."""
-    return framed(cfg, payload_bytes + cfg.txn.header_bytes)
+def stream_flits(cfg, packet_bytes: int) -> int:
+    """Flits a burst of `packet_bytes` of packets sent back to back from a flit boundary occupies, its last padded."""
+    return -(-int(packet_bytes) // flit_payload_bytes(cfg))
 
 
-def payload_efficiency(cfg, payload_bytes: int | None = None) -> float:
-    """Payload bytes delivered per byte on the wire, from the framing alone."""
+def wire_bytes(cfg, payload_bytes: int, alone: bool = False) -> float:
+    """Wire bytes of one packet: its share of a back-to-back stream, or (alone) the whole flits it occupies."""
+    tlp = payload_bytes + cfg.txn.header_bytes
+    return stream_flits(cfg, tlp) * cfg.phy.flit_bytes if alone else framed(cfg, tlp)
+
+
+def payload_efficiency(cfg, payload_bytes: int | None = None, alone: bool = False) -> float:
+    """Payload bytes delivered per byte of line rate, from the framing (and the FEC code rate): packets of
+    `payload_bytes` (default the max payload) back to back, or one alone on an idle link."""
     p = cfg.txn.max_payload_bytes if payload_bytes is None else payload_bytes
-    return p / wire_bytes(cfg, p)
+    return p / wire_bytes(cfg, p, alone) * fec_rate(cfg)
 
 
 def packet_flits(cfg, payload_bytes: int) -> int:
-    """Flit slots a packet occupies in a receive or replay buffer (its credit cost)."""
-    return -(-(payload_bytes + cfg.txn.header_bytes) // flit_payload_bytes(cfg))
+    """Flit slots a packet occupies in a receive or replay buffer (its credit cost): the flits it spans when it
+    starts one (packed behind another packet it may straddle one more; buffers hold packets, not flits)."""
+    return stream_flits(cfg, payload_bytes + cfg.txn.header_bytes)
 
 
 # ---------------------------------------------------------------- zero-load latency
 
 def path_terms(cfg, topo, chans, payload_B: int, packets: int) -> dict:
     """Zero-load cost in ps of moving `packets` packets (payload_B in all) along the channel array `chans`:
-    serialisation on the slowest channel, plus per later hop the flit (or shorter last packet) that cut-through
-    waits for; PHY, wire, and the nodes crossed. The latency probe's breakdown."""
+    serialisation on the slowest channel (the packets back to back in whole flits, the last one padded: its CRC
+    comes at the flit's end), plus per later hop the first flit, which each hop checks before it goes on; PHY,
+    wire, and the nodes crossed. The latency probe's breakdown; the analytic engine (executor.pxi) is the same."""
     wire = ps(cfg.phy.cable_m * cfg.phy.wire_ns_per_m)
     rate = topo.ch_ps_per_byte[chans]
     tlp_total = payload_B + packets * cfg.txn.header_bytes
-    per_tlpB = framed(cfg, rate)
     flit = (rate * cfg.phy.flit_bytes).round().clip(1)
-    last_pkt = min(payload_B, cfg.txn.max_payload_bytes) + cfg.txn.header_bytes
-    ser = max(tlp_total * per_tlpB.max(), 1) + (last_pkt * per_tlpB[1:]).clip(None, flit[1:]).sum()
+    ser = max(round(stream_flits(cfg, tlp_total) * cfg.phy.flit_bytes * rate.max()), 1) + flit[1:].sum()
     return dict(serialisation=ser, phy=float((topo.ch_latency_ps[chans] - wire).sum()), wire=wire * len(chans),
                 switch=float(topo.node_latency_ps[topo.ch_dst[chans[:-1]]].sum()))
 

@@ -16,7 +16,7 @@ import numpy as np
 from fabric._check_build import kernel
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError, SimulationError
-from fabric.phy import ps
+from fabric.phy import burst_params, ps
 
 ENGINES = ("packet", "analytic")
 FAULTS = {"corrupt_flit": kernel.FAULT_CORRUPT_FLIT, "lose_ack": kernel.FAULT_LOSE_ACK,
@@ -163,6 +163,7 @@ def kernel_params(cfg: FabricConfig, topo=None) -> dict:
         fixed_priority=int(cfg.switch.arbitration == "fixed_priority"), e2e_window_B=fc["e2e_window_B"],
         xlate_cache_entries=ep.xlate_cache_entries, xlate_cache_ways=ep.xlate_cache_ways,
         xlate_page_B=ep.xlate_page_bytes, xmiss_ps=ps(ep.translation_miss_ns),
+        ctrl_B=link.control_wire_bytes, ge=burst_params(cfg),
     )
 
 

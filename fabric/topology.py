@@ -16,7 +16,7 @@ import numpy as np
 
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
-from fabric.phy import GBps, data_gbps, link_latency_ps, ps, ps_per_byte
+from fabric.phy import GBps, data_gbps, effective_ber, link_latency_ps, ps, ps_per_byte
 
 ACCEL, SWITCH, NIC = 0, 1, 2
 KIND_NAMES = {ACCEL: "accelerator", SWITCH: "switch", NIC: "nic"}
@@ -147,7 +147,7 @@ class _Builder:
             node_latency_ps=np.array(self.lat, dtype=np.int64),
             ch_src=np.array(self.src, dtype=np.int32), ch_dst=np.array(self.dst, dtype=np.int32), ch_rev=rev,
             ch_ps_per_byte=np.array(self.rates, dtype=np.float64), ch_latency_ps=np.array(self.chlat, dtype=np.int64),
-            ch_ber=np.full(c, self.cfg.phy.ber, dtype=np.float64),
+            ch_ber=np.full(c, effective_ber(self.cfg, self.cfg.phy.ber), dtype=np.float64),
             kind=kind, description=description, node_forwards=np.array(self.fwd, dtype=bool),
             node_coord=np.array(self.coords, dtype=np.int32).reshape(-1, 3),
             ch_lane=np.array(self.lane, dtype=np.int32), node_reduce=red, **extra)

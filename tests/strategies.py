@@ -10,12 +10,29 @@ from fabric.taskgraph import transfer_graph
 
 
 @st.composite
+def error_models(draw, ber):
+    """PHY error options on top of a raw BER: none, an FEC (light RS(272,258), t = 7, which leaves errors to recover
+    at a high raw BER), Gilbert-Elliott bursts, or both; control messages in the flits or with wire bytes."""
+    over = {"link.control_wire_bytes": draw(st.sampled_from([0, 0, 8, 300]))}
+    kind = draw(st.sampled_from(["plain", "fec", "burst", "fec+burst"]))
+    if "fec" in kind:
+        over.update({"phy.fec_n": 272, "phy.fec_k": 258, "phy.ber": draw(st.floats(1e-4, 1.5e-3))})
+    if "burst" in kind:
+        over.update({"phy.ge_bad_ber": draw(st.floats(1e-6, 1e-3 if "fec" in kind else 2e-5)),
+                     "phy.ge_good_dwell_ns": draw(st.floats(200.0, 5000.0)),
+                     "phy.ge_bad_dwell_ns": draw(st.floats(5.0, 100.0))})
+    return over
+
+
+@st.composite
 def link_configs(draw, max_ber=1e-4):
     """Random data-link parameters: credit pools, buffers, tiny wrapping sequence numbers, BER up to max_ber."""
     payload = draw(st.sampled_from([64, 128, 256, 512]))
     flits = -(-(payload + 16) // 248)
     ber = draw(st.one_of(st.just(0.0), st.floats(1e-9, max_ber, allow_nan=False))) if max_ber > 0 else 0.0
-    if ber > 2e-5:          # keep a unit's error probability below ~0.4 so that progress is possible at all
+    errors = draw(error_models(ber)) if max_ber > 0 else {}
+    # keep a unit's error probability below ~0.4 so that progress is possible at all
+    if errors.get("phy.ber", ber) > 2e-5 or errors.get("phy.ge_bad_ber", 0) > 2e-5:
         payload = 64
         flits = 1
     return load_config(overrides={
@@ -30,6 +47,7 @@ def link_configs(draw, max_ber=1e-4):
         "link.credit_update_flits": draw(st.integers(1, 16)),
         "link.retrain_ns": draw(st.sampled_from([100.0, 1000.0])),
         "sim.seed": draw(st.integers(0, 2**32)),
+        **errors,
     })
 
 
@@ -81,6 +99,9 @@ def fabric_case(draw):
                  "endpoint.e2e_window_bytes": draw(st.integers(payload, 8 * payload)),
                  "phy.ber": draw(st.sampled_from([0.0, 1e-7, 1e-6, 2e-5])),
                  "sim.seed": draw(st.integers(0, 1000))})
+    over.update(draw(error_models(over["phy.ber"])))
+    if over.get("phy.ge_bad_ber", 0) > 2e-5 or over["phy.ber"] > 2e-5:
+        over.update({"txn.max_payload_bytes": 64, "txn.max_read_request_bytes": 64})
     cfg = load_config(overrides=over)
     topo = build(cfg)
     R = topo.n_ranks

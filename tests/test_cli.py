@@ -23,7 +23,20 @@ def test_link_json_has_the_promised_keys(tmp_path):
     assert data["packets_dropped"] == 0 and data["duplicates"] == 0
 
 
+def test_link_reports_framing_at_any_size_and_pre_and_post_fec_rates(tmp_path):
+    out = tmp_path / "link.json"
+    r = run(["link", "--payload-bytes", "224", "--packets", "500", "--ber", "1e-5", "--set", "phy.fec_n=544",
+             "--set", "phy.ge_bad_ber=1e-4", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["payload_efficiency_alone_model"] < data["payload_efficiency_model"]
+    assert data["fec"] == "RS(544,514) m=10 t=15" and data["post_fec_flit_error"] < data["pre_fec_flit_error"]
+    assert data["burst_bad_ber"] == 1e-4 and 0 < data["burst_bad_fraction"] < 1
+    assert "one packet alone" in r.output and "before RS(544,514)" in r.output and "burst errors" in r.output
+
+
 @pytest.mark.parametrize("args, needle", [
+    (["link", "--set", "phy.fec_n=544", "--set", "phy.fec_k=600"], "phy.fec_n"),
     (["link", "--set", "phy.lane_rate_gbps=-5"], "phy.lane_rate_gbps"),
     (["link", "--set", "link.credit_flits=-1"], "link.credit_flits"),
     (["link", "--set", "link.credit_flits=8"], "link.credit_flits"),

@@ -16,10 +16,10 @@ def time_bound_ps(cfg, graph, faults, result):
     """A generous bound on the simulated duration: every packet alone on the link for a whole Ack and credit
     round trip (stop-and-wait, as with a one-packet window), plus every recovery at its worst cost."""
     packets = (-(-graph["nbytes"] // cfg.txn.max_payload_bytes) * (1 + graph["op"])).sum()
-    one_way_ns = cfg.phy.tx_latency_ns + cfg.phy.rx_latency_ns + cfg.phy.cable_m * cfg.phy.wire_ns_per_m
+    one_way_ns = phy.link_latency_ps(cfg) / 1000 + cfg.link.control_wire_bytes * 8 / phy.data_gbps(cfg)
     round_trip_ns = 2 * (one_way_ns + cfg.phy.flit_bytes * 8 / phy.data_gbps(cfg)) + cfg.link.ack_timer_ns \
         + cfg.link.credit_update_ns
-    wire_ps = (graph["nbytes"].sum() * 2 + 64 * packets) * 8000 / phy.data_gbps(cfg) * 1.1 \
+    wire_ps = (graph["nbytes"].sum() * 2 + (64 + cfg.phy.flit_bytes) * packets) * 8000 / phy.data_gbps(cfg) * 1.1 \
         + packets * round_trip_ns * 1000
     recoveries = len(faults) + result.counters["flits_corrupted"].sum() + result.counters["ctrl_lost"].sum() + 1
     per_recovery = (cfg.link.replay_timer_ns * (cfg.link.replay_limit + 1) + cfg.link.retrain_ns

@@ -52,7 +52,16 @@ def link(payload_bytes, ber, packets, preset, config_file, sets, seed, json_path
     click.echo(f"link probe: {r['packets']} x {r['payload_bytes']} B at BER {r['ber']:g} "
                f"({cfg.phy.lanes} x {cfg.phy.lane_rate_gbps:g} Gb/s, {cfg.phy.flit_bytes} B flits)")
     click.echo(f"  payload efficiency   {100 * r['payload_efficiency']:.2f} % measured, "
-               f"{100 * r['payload_efficiency_model']:.2f} % from framing")
+               f"{100 * r['payload_efficiency_model']:.2f} % from framing (packets back to back)")
+    click.echo(f"{'':23s}{100 * r['payload_efficiency_alone']:.2f} % measured, "
+               f"{100 * r['payload_efficiency_alone_model']:.2f} % from framing (one packet alone)")
+    fec = (f"{r['pre_fec_flit_error']:.3g} before {r['fec']}, {r['post_fec_flit_error']:.3g} after (kernel draws at "
+           f"BER {r['effective_ber']:.3g})" if cfg.phy.fec_n else f"{r['post_fec_flit_error']:.3g} (no FEC)")
+    click.echo(f"  error rates          BER {r['raw_ber']:g}, flit error {fec}")
+    if "burst_bad_fraction" in r:
+        click.echo(f"  burst errors         bad state {100 * r['burst_bad_fraction']:.3g} % of the time at BER "
+                   f"{r['burst_bad_ber']:g} (mean {cfg.phy.ge_bad_dwell_ns:g} ns per {cfg.phy.ge_good_dwell_ns:g} ns "
+                   f"good); flit error above is the long-run mean")
     click.echo(f"  goodput              {r['goodput_gbps']:.1f} Gb/s of {r['raw_gbps']:.1f} Gb/s raw")
     click.echo(f"  packets              {r['packets_sent']} sent, {r['packets_delivered']} delivered, "
                f"{r['packets_dropped']} dropped, {r['duplicates']} duplicated, {r['out_of_order']} out of order")

@@ -1,15 +1,21 @@
 """The link probe: one saturated unidirectional channel between two accelerators, measured end to end.
 
 The traffic is one store of `packets` x `payload_bytes` from rank 0 to rank 1, which the endpoint carves into
-max-payload packets back to back; the reverse channel carries only Acks, Naks and UpdateFCs.
+max-payload packets back to back; the reverse channel carries only Acks, Naks and UpdateFCs. A second, short run
+sends packets of the same size alone (each store waits for the one before): the flits each takes on an idle link.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from fabric import phy, sim
 from fabric.config import FabricConfig, with_overrides
 from fabric.errors import ConfigError
 from fabric.network import build
 from fabric.taskgraph import transfer_graph
+
+ALONE_PACKETS = 64
+"""Packets of the lone-packet run: every one costs the same whole flits, so a few measure it."""
 
 
 def two_node_topology(cfg: FabricConfig):
@@ -37,13 +43,16 @@ def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int
     stream_ps = max(end - start - fill, 1)
     delivered = res.totals["delivered"]
     goodput = 8.0 * p * delivered / phy.ns(stream_ps)
-    wire_B = phy.framed(cfg, c["tlp_B"])
-    raw_gbps = phy.data_gbps(cfg)
+    wire_B = c["flits"] * cfg.phy.flit_bytes
+    raw_gbps = phy.line_gbps(cfg)
     return dict(
         payload_bytes=p, packets=packets, ber=cfg.phy.ber, seed=cfg.sim.seed,
         payload_efficiency=goodput / raw_gbps,
         payload_efficiency_model=phy.payload_efficiency(cfg, p),
-        wire_efficiency=p * delivered / wire_B if wire_B else 0.0,
+        payload_efficiency_alone=_alone_efficiency(cfg, p),
+        payload_efficiency_alone_model=phy.payload_efficiency(cfg, p, alone=True),
+        **phy.error_rates(cfg),
+        wire_efficiency=p * delivered / wire_B * phy.fec_rate(cfg) if wire_B else 0.0,
         retransmission_overhead=(c["units"] - c["packets"]) / max(c["packets"], 1),
         goodput_gbps=goodput, raw_gbps=raw_gbps,
         packets_sent=int(c["packets"]), packets_delivered=int(delivered),
@@ -58,3 +67,15 @@ def probe_link(cfg: FabricConfig, payload_bytes: int | None = None, packets: int
         events=int(res.events), wall_s=res.wall_s, events_per_s=res.events / max(res.wall_s, 1e-9),
         _result=res,
     )
+
+
+def _alone_efficiency(cfg: FabricConfig, p: int) -> float:
+    """Payload per wire byte of packets of p bytes sent one at a time on an idle link, from the flits the kernel
+    opened for them (error-free: replays would add flits)."""
+    cfg = with_overrides(cfg, {"phy.ber": 0.0, "phy.ge_bad_ber": 0.0})
+    n = ALONE_PACKETS
+    g = transfer_graph(0, 1, p, 0) if n == 1 else transfer_graph([0] * n, 1, p)
+    g.update(succ_ptr=np.r_[np.arange(n), n - 1].astype(np.int64), succ_idx=np.arange(1, n, dtype=np.int32),
+             n_deps=np.r_[0, np.ones(n - 1)].astype(np.int32))              # a chain: each waits for the last
+    res = sim.run(cfg, two_node_topology(cfg), g)
+    return p * n / (res.counters["flits"][0] * cfg.phy.flit_bytes) * phy.fec_rate(cfg)

@@ -4,29 +4,29 @@
 # Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an_free.
 cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, bint occupy,
                           int32_t h0=0, int32_t h1=-1) noexcept nogil:
-    """Alpha-beta over the route: latencies + pipelined serialisation on the slowest hop, queued behind earlier
-    transfers on the source port (injection is where a rank's own transfers contend; the network is not modelled).
-    Hops h0..h1-1 only (default all): an in-switch leg crosses one hop of its route."""
+    """Alpha-beta over the route: latencies + pipelined serialisation on the slowest hop (its packets back to back in
+    flits, the last one padded: fabric.phy.path_terms), a flit per later hop (the first flit's CRC is checked before
+    it goes on), queued behind earlier transfers on the source port (injection is where a rank's own transfers
+    contend; the network is not modelled). Hops h0..h1-1 only (default all): an in-switch leg crosses one hop."""
     cdef int32_t h, n = path_len(s, p) if h1 < 0 else h1, ch, first_ch = path_hop_ch(s, p, h0)
     cdef double worst = 0.0
-    cdef ps_t lat = 0, pkt_ser, ser, t, f
+    cdef ps_t lat = 0, ser, t, f
     cdef int64_t tlp = nbytes + <int64_t>npk * s.hdr_B
     for h in range(h0, n):
         ch = path_hop_ch(s, p, h)
         lat += s.c[ch].ch_lat
         if h + 1 < n:
             lat += s.node_lat[s.c[ch].ch_dst]
-        if s.c[ch].ps_per_tlpB > worst:
-            worst = s.c[ch].ps_per_tlpB
-    ser = <ps_t>(tlp * worst + 0.5)
-    pkt_ser = <ps_t>(min(<int64_t>s.maxp_B + s.hdr_B, tlp) * worst + 0.5)
+        if s.c[ch].ps_per_B > worst:
+            worst = s.c[ch].ps_per_B
+    ser = <ps_t>(((tlp + s.flitpay_B - 1) // s.flitpay_B) * s.flit_B * worst + 0.5)
     f = s.c[first_ch].flit_ps
     t = start
     if occupy and s.an_free[first_ch] > t:
         t = s.an_free[first_ch]
     if occupy:
         s.an_free[first_ch] = t + ser
-    return t + lat + ser + (n - h0 - 1) * (pkt_ser if pkt_ser < f else f)
+    return t + lat + ser + (n - h0 - 1) * f
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
     """Task t is ready: a join completes at once, a transfer is issued after its ingress translation (an addressed

@@ -267,7 +267,7 @@ cdef class Engine:
 SAMPLE_NAMES = ("busy_ps", "queue_len", "credit_stall_ps", "replays")
 COUNTERS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "corrupted", "flits_corrupted", "naks", "acks", "replays",
             "replay_timeouts", "retrains", "credit_stall_ps", "updatefc", "ctrl_lost", "dups_discarded",
-            "queue_len", "queue_max", "queue_area", "qlast", "credit_errors")
+            "queue_len", "queue_max", "queue_area", "qlast", "credit_errors", "flits")
 def line_aligned_zeros(rows, cols):
     """int64[rows, cols] of zeros starting on a 64 B boundary (numpy only promises 16 B): records laid out by cache
     line in types.pxd stay on their lines."""
@@ -279,5 +279,5 @@ def line_aligned_zeros(rows, cols):
 # column order of the CntC and CvC records (types.pxd) in their int64 tables
 CNT_COLS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "queue_len|queue_max", "queue_area", "qlast",
             "credit_stall_ps", "corrupted", "flits_corrupted", "naks", "replays", "replay_timeouts", "retrains",
-            "ctrl_lost", "dups_discarded", "credit_errors")
+            "ctrl_lost", "dups_discarded", "credit_errors", "flits")
 CV_COLS = ("cr_used", "cr_limit", "freed", "freed_sent", "occ")

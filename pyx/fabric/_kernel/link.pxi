@@ -59,12 +59,23 @@ cdef int send_ctrl(SimC* s, int32_t ch, int kind, int32_t vc, int64_t value) exc
         lost = True
     if not lost and s.c[rev].p_flit > 0.0 and c_uniform(&s.c[rev].rng) <= s.c[rev].p_flit:
         lost = True
+    if s.ctrl_B:
+        ctrl_wire(s, rev)
     if lost:
         s.k[ch].ctrl_lost += 1
         return 0
     delay = s.heap.lane[k].delay if k >= 0 else s.c[rev].flit_ps + s.c[rev].ch_lat    # the same value
     c_push_lane(&s.heap, k, s.now + delay, EV_CTRL_ARRIVE, ch, kind | (vc << 8), value, s.c[ch].epoch)
     return 0
+
+cdef inline void ctrl_wire(SimC* s, int32_t rev) noexcept nogil:
+    """A control message of link.control_wire_bytes takes wire time on rev: behind the unit rev is sending (owed:
+    they go before its next unit, or when it is free), else now (phy.pxi ctrl_bytes). Its own delay stays the
+    lane's (one flit + the PHY/wire latency): it does not queue behind the unit."""
+    if s.c[rev].tx_busy:
+        s.c[rev].ctrl_owed_B += s.ctrl_B
+    else:
+        ctrl_bytes(s, rev, s.ctrl_B)
 
 cdef int send_ack(SimC* s, int32_t ch) except -1 nogil:
     s.c[ch].ack_pending = 0
@@ -140,17 +151,10 @@ cdef int start_replay(SimC* s, int32_t ch, bint timeout) except -1 nogil:
     return try_send(s, ch)
 
 cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogil:
-    """Serialise one unit on ch and schedule its arrival (head) at the receiver."""
-    cdef ps_t ser = <ps_t>(r.tlp_B * s.c[ch].ps_per_tlpB + 0.5)
-    cdef ps_t fin = s.now + ser
-    cdef ps_t head, first
-    cdef bint bad
-    if ser < 1:
-        ser = 1
-        fin = s.now + 1
-    first = ser if ser < s.c[ch].flit_ps else s.c[ch].flit_ps
-    if tail_in + first > fin:          # cut-through: cannot finish before the tail has arrived
-        fin = tail_in + first
+    """Serialise one unit on ch (framed into its flits: phy.pxi frame_unit) and schedule its arrival (head) at the
+    receiver."""
+    cdef ps_t fin, head, tail
+    cdef bint bad = frame_unit(s, ch, r.tlp_B, tail_in, &fin, &head, &tail)
     if s.c[ch].cr_short:                 # a credit stall ends when the output sends anything (replays included)
         s.k[ch].credit_stall_ps += s.now - s.c[ch].stall_since
         s.c[ch].stall_since = -1
@@ -159,13 +163,12 @@ cdef int send_unit(SimC* s, int32_t ch, ReplayC* r, ps_t tail_in) except -1 nogi
     s.k[ch].busy_ps += fin - s.now
     s.k[ch].units += 1
     s.k[ch].tlp_B += r.tlp_B
-    bad = phy_unit(s, ch, r.tlp_B)
-    head = s.now + first + s.c[ch].ch_lat
+    head += s.c[ch].ch_lat
     s.c[ch].lane_txd = <int8_t>lane_pick(&s.heap, s.c[ch].lane_txd, fin - s.now)
     c_push_lane(&s.heap, s.c[ch].lane_txd, fin, EV_TX_DONE, ch, 0, 0, 0)
     s.c[ch].lane_arr = <int8_t>lane_pick(&s.heap, s.c[ch].lane_arr, head - s.now)
     c_push_lane(&s.heap, s.c[ch].lane_arr, head, EV_PKT_ARRIVE, ch, r.pkt,
-                (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((fin - s.now - first) << 33), s.c[ch].epoch)
+                (<int64_t>r.seq) | ((<int64_t>bad) << 32) | ((tail + s.c[ch].ch_lat - head) << 33), s.c[ch].epoch)
     if not s.c[ch].rt_armed:
         arm_replay_timer(s, ch)
     return 0
@@ -298,7 +301,11 @@ cdef int on_tx_done(SimC* s, int32_t ch) except -1 nogil:
     if s.c[ch].tx_free_ch >= 0:
         free_buffer(s, s.c[ch].tx_free_ch, s.c[ch].tx_free_vc, s.c[ch].tx_free_flits)
         s.c[ch].tx_free_ch = -1
-    return try_send(s, ch)
+    try_send(s, ch)
+    if s.c[ch].ctrl_owed_B and not s.c[ch].tx_busy:      # no unit follows: the control bytes owed go now
+        ctrl_bytes(s, ch, s.c[ch].ctrl_owed_B)
+        s.c[ch].ctrl_owed_B = 0
+    return 0
 
 cdef int on_ack_timer(SimC* s, EventC* e) except -1 nogil:
     """The Ack coalescing timer of the receiver of e.ch expired: acknowledge what is pending, unless an Ack went out

@@ -57,6 +57,13 @@ cdef int setup_params(SimC* s, dict p, dict topo, bint analytic, bint skip_settl
     s.hdr_B = int(p["header_B"]); s.maxp_B = int(p["max_payload_B"]); s.mrrs_B = int(p["mrrs_B"])
     s.flit_B = int(p["flit_B"]); s.flitpay_B = int(p["flit_B"]) - int(p["flit_overhead_B"])
     s.max_unit_flits = pkt_flits(s, s.maxp_B + s.hdr_B)
+    s.ctrl_B = int(p.get("ctrl_B", 0))
+    ge = p.get("ge")                  # Gilbert-Elliott burst errors: None, or per-state BER and mean dwell (bits)
+    s.ge_on = ge is not None
+    if s.ge_on:
+        for k in range(2):
+            s.ge_log1m[k] = float(np.log1p(-ge["ber"][k]))
+            s.ge_dwell_bits[k] = float(ge["dwell_bits"][k])
     s.issue_ps = int(p["issue_ps"]); s.complete_ps = int(p["complete_ps"])
     s.xlate_ps = int(p["xlate_ps"]); s.p2p_ps = int(p["p2p_ps"]); s.watchdog_ps = int(p["watchdog_ps"])
     s.xmiss_ps = int(p.get("xmiss_ps", 0))
@@ -79,24 +86,30 @@ cdef int setup_channels(SimC* s, dict keep, dict p, dict topo) except -1:
     memset(s.c, 0, <size_t>max(C, 1) * sizeof(ChanC))
     ch_rev = np.asarray(topo["ch_rev"], np.int32)
     ppb = np.asarray(topo["ch_ps_per_byte"], np.float64)
-    ps_per_tlpB = ppb * s.flit_B / s.flitpay_B
     ch_lat = np.asarray(topo["ch_latency_ps"], np.int64)
     flit_ps = np.maximum(np.rint(ppb * s.flit_B), 1).astype(np.int64)
     ber = np.asarray(topo["ch_ber"], np.float64)
     log1m_ber = np.log1p(-ber)
     p_flit = -np.expm1(8.0 * s.flit_B * np.log1p(-ber))
+    if s.ge_on:                       # control flits draw against the burst model's long-run flit error rate
+        ge = p["ge"]
+        pb = ge["dwell_bits"][1] / (ge["dwell_bits"][0] + ge["dwell_bits"][1])
+        p_flit = np.full(C, (1 - pb) * -np.expm1(8.0 * s.flit_B * s.ge_log1m[0])
+                         + pb * -np.expm1(8.0 * s.flit_B * s.ge_log1m[1]))
+        log1m_ber = np.full(C, s.ge_log1m[0])
     # one splitmix stream per channel, derived from the seed and the channel id
     rng = [(seed * 0x9E3779B97F4A7C15 + (c + 1) * 0xD1B54A32D192ED03) & 0xFFFFFFFFFFFFFFFF for c in range(C)]
     for i in range(C):
         cc = &s.c[i]
         cc.wake_at = -1; cc.stall_since = -1; cc.rr = -1; cc.tx_free_ch = -1; cc.next_err_bit = -1.0
+        cc.ge_flip_bit = -1.0; cc.tx_fin = -1; cc.flit_base = -1
         cc.ch_src = ch_src[i]; cc.ch_dst = ch_dst[i]; cc.ch_rev = ch_rev[i]
-        cc.ps_per_tlpB = ps_per_tlpB[i]; cc.flit_ps = flit_ps[i]; cc.ch_lat = ch_lat[i]
+        cc.ps_per_B = ppb[i]; cc.flit_ps = flit_ps[i]; cc.ch_lat = ch_lat[i]
         cc.log1m_ber = log1m_ber[i]; cc.p_flit = p_flit[i]; cc.rng = <uint64_t>rng[i]
     s.ring = ring_alloc(<int64_t>C * s.ring_cap)
     if s.ring == NULL:
         raise MemoryError("replay buffers")
-    assert sizeof(ChanC) == 256 and sizeof(XferC) == 128 and sizeof(PacketC) == 64
+    assert sizeof(ChanC) == 320 and sizeof(XferC) == 128 and sizeof(PacketC) == 64
     assert sizeof(CntC) == 8 * 24 and sizeof(CvC) == 8 * len(CV_COLS)
     cvt = line_aligned_zeros(max(C * V, 1), sizeof(CvC) // 8)
     cvt[:, CV_COLS.index("cr_limit")] = s.pool_flits
@@ -171,7 +184,8 @@ cdef int setup_event_queue(SimC* s, dict p, dict graph, int event_lanes, int64_t
     """The heap, and a delay lane for each fixed delay events will have (as many as MAX_LANES allows)."""
     cdef int32_t C = s.n_ch, i
     cdef int64_t tlp
-    cdef ps_t ser, first
+    cdef ps_t ser, first, tail
+    cdef int64_t P = s.flitpay_B, F = s.flit_B
     heap_alloc(&s.heap, 1024)
     s.heap.max_lanes = min(max(event_lanes, 0), MAX_LANES)
     s.heap.lane_min_heap = max(lane_min_heap, 0)
@@ -190,16 +204,18 @@ cdef int setup_event_queue(SimC* s, dict p, dict graph, int event_lanes, int64_t
     for i in range(C):      # Acks and UpdateFCs about a channel cross its reverse: one delay per link kind
         s.c[i].lane_ctrl = <int8_t>lane_for(&s.heap, s.c[s.c[i].ch_rev].flit_ps + s.c[s.c[i].ch_rev].ch_lat)
         s.c[i].lane_arr = s.c[i].lane_txd = s.c[i].lane_dlv = -1
-    # A unit of tlp bytes keeps its transmitter busy ser = tlp x ps_per_tlpB, its head arrives first + ch_lat
-    # later (first = one flit or ser if shorter) and its tail ser - first after its head: lanes for the
-    # packet sizes the transfers will mostly produce (full packets, then the commonest remainders)
+    # A unit of tlp bytes starting a flit keeps its transmitter busy ser (to its last byte), its head arrives
+    # first + ch_lat later (first = its first flit, or its last if that is the first) and its tail (its last
+    # flit) tail - first after its head (phy.pxi frame_unit): lanes for the packet sizes the transfers will mostly
+    # produce (full packets, then the commonest remainders)
     for tlp in common_packet_sizes(p, graph):
         for i in range(C):
-            ser = max(<ps_t>(tlp * s.c[i].ps_per_tlpB + 0.5), 1)
-            first = ser if ser < s.c[i].flit_ps else s.c[i].flit_ps
+            ser = max(<ps_t>(wire_B(tlp, P, F) * s.c[i].ps_per_B + 0.5), 1)
+            tail = <ps_t>(((tlp + P - 1) // P) * F * s.c[i].ps_per_B + 0.5)
+            first = min(<ps_t>(F * s.c[i].ps_per_B + 0.5), tail)
             lane_for(&s.heap, first + s.c[i].ch_lat)
             lane_for(&s.heap, ser)
-            lane_for(&s.heap, ser - first)
+            lane_for(&s.heap, tail - first)
     return 0
 
 

@@ -165,9 +165,9 @@ cdef struct ReplayC:
     int32_t flits              # replay buffer slots
 
 # ------------------------------------------------------------------ per-channel state (array of structs)
-# Everything one channel's transmitter, PHY and receiver touch per unit sits in one 256 B record (four cache lines,
-# 64 B aligned) instead of ~45 parallel arrays (one line each per access). Line 1-2: transmitter; line 3: PHY and
-# fault cursors; line 4: receiver. A control message about channel c crosses its reverse channel r and reads c's
+# Everything one channel's transmitter, PHY and receiver touch per unit sits in one 320 B record (five cache lines,
+# 64 B aligned) instead of ~50 parallel arrays (one line each per access). Line 1-2: transmitter; line 3: PHY and
+# fault cursors; line 4: receiver; line 5: the flit the transmitter has open and the burst-error state. A control message about channel c crosses its reverse channel r and reads c's
 # line 4 and r's line 1 only (down_until, p_flit and rng sit there; its delay is its lane's). Counters exposed to
 # Python are a separate record (CntC), per-(channel, VC) credit state a third (CvC).
 cdef struct ChanC:
@@ -195,8 +195,8 @@ cdef struct ChanC:
                                # unit): no injected flit fault and no bit error falls in them (phy.pxi, phy_unit)
     int32_t tx_free_flits
     int32_t ch_src             # node it leaves
-    double ps_per_tlpB         # serialisation per header+payload byte (flit framing folded in)
-    ps_t flit_ps               # one flit's serialisation
+    double ps_per_B            # serialisation of one byte on the wire (flit framing is applied per unit: frame_unit)
+    ps_t flit_ps               # one flit's serialisation (rounded)
     ps_t ch_lat                # PHY tx + rx + wire
     int16_t epoch              # link epoch (messages of an older epoch were lost in a retrain)
     int8_t tx_busy             # serialising a unit
@@ -234,6 +234,19 @@ cdef struct ChanC:
     uint16_t cr_dirty          # bit vc set <=> freed != freed_sent on VC vc (what the credit timer has to send)
     int8_t lane_dlv            # event lane its last EV_DELIVER went to (the receiver's: its last hop ends here)
     int8_t _pad4[3]
+    # -- line 5: the open flit (phy.pxi frame_unit) and the Gilbert-Elliott burst state (phy.pxi next_error)
+    ps_t flit_base             # start of the current run of back-to-back flits: every time in it is flit_base +
+    int64_t flit_off           # round(wire bytes x ps_per_B), so none rounds out of order; flit_off: wire bytes
+                               # from flit_base to the flit the last unit ended in
+    ps_t tx_fin                # when the last unit's last byte left (a unit starting then continues its flit)
+    double ge_flip_bit         # stream position (bits) of the next good <-> bad state change (-1: not drawn yet)
+    int32_t flit_pos           # bytes of that flit's payload area used (0: the unit ended on a flit boundary)
+    int32_t ctrl_owed_B        # control-message bytes (link.control_wire_bytes) to put before the next unit
+    int8_t flit_sampled        # the open flit's bit errors are drawn (a data unit's flit, not control bytes only)
+    int8_t open_bad            # ... and it is errored: a unit that shares it is corrupted too
+    int8_t ge_bad              # burst model: in the bad state at ge_flip_bit's side of the stream position
+    int8_t ge_check            # next_err_bit is no error but a point to look again from (next_error's horizon)
+    int8_t _pad5[20]
 
 cdef struct CntC:              # counters exposed to Python (int64 columns: strided numpy views; queue_len and queue_max
                                # share one, 32 bits each); 192 B from a 64 B boundary: line 1 holds all that sending a
@@ -259,7 +272,8 @@ cdef struct CntC:              # counters exposed to Python (int64 columns: stri
     int64_t ctrl_lost
     int64_t dups_discarded     # duplicates discarded by the receiver
     int64_t credit_errors      # credits negative or above the pool, receive buffer overrun
-    int64_t _pad[6]            # 192 B: three whole cache lines
+    int64_t flits              # flits a data unit opened on the wire (padding included, control-only flits not)
+    int64_t _pad[5]            # 192 B: three whole cache lines
 
 cdef struct CvC:               # per (channel, VC): credits at the sender, buffer at the receiver
     int64_t cr_used            # cumulative flits consumed
@@ -303,6 +317,10 @@ cdef struct SimC:
     int32_t mrrs_B                 # largest read request
     int32_t flit_B                 # flit size
     int32_t flitpay_B              # bytes of a flit that carry packets (flit_B - CRC and data-link overhead)
+    int32_t ctrl_B                 # wire bytes of an Ack/Nak/UpdateFC (0: carried in the flits' data-link bytes)
+    bint ge_on                     # Gilbert-Elliott burst errors (phy.ge_*): per-state BER and mean dwell
+    double ge_log1m[2]             # log(1 - BER) in the good (0) and bad (1) state
+    double ge_dwell_bits[2]        # mean stream bits spent in each state
     ps_t issue_ps                  # a transfer's issue at its source
     ps_t complete_ps               # a transfer's completion, after its last byte
     ps_t xlate_ps                  # address translation at the ingress port
