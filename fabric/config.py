@@ -334,7 +334,8 @@ class CollectivesConfig(_Section):
                                 "nccl-like is the generic library a cluster runs, fitted on the calibration "
                                 "tables (docs/calibration.md)")
     policy: str = param("sd200", unit="choice",
-                        choices=("sd200", "auto", "oneshot", "twoshot", "ring", "halving_doubling"),
+                        choices=("sd200", "auto", "oneshot", "twoshot", "ring", "halving_doubling", "oneshot_load",
+                                 "twoshot_load", "oneshot_cached", "twoshot_cached"),
                         help="algorithm selection: size-tiered (sd200), the nccl-like tuner (auto; sd200 means "
                              "the same under nccl-like) or one fixed algorithm",
                         reason="the SD200 library's size-tiered strategy (docs/sources.md §SD200 library)")

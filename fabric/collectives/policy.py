@@ -48,7 +48,7 @@ def select(kind: str, nbytes: int, n_ranks: int, cfg=None) -> str:
     if kind in ("allgather", "reduce_scatter"):
         if pol in ("sd200", "auto"):
             return "direct" if nbytes <= cc.twoshot_max_bytes else "ring"
-        if pol in ("oneshot", "twoshot"):
+        if pol.startswith(("oneshot", "twoshot")):
             return "direct"
         if pol == "halving_doubling":
             return "halving_doubling" if is_pow2(n_ranks) else "ring"

@@ -1,16 +1,14 @@
 # ================================================================== task-graph executor and analytic engine
 # The workload: tasks start when their dependencies complete; compute and reduce tasks occupy their (rank, stream)
-# FIFO, transfers are issued to the endpoints (or timed alpha-beta by the analytic engine), joins are free.
-# Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an_free.
-cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, bint occupy,
-                          int32_t h0=0, int32_t h1=-1) noexcept nogil:
-    """Alpha-beta over the route: latencies + pipelined serialisation on the slowest hop, queued behind earlier
-    transfers on the source port (injection is where a rank's own transfers contend; the network is not modelled).
-    Hops h0..h1-1 only (default all): an in-switch leg crosses one hop of its route."""
-    cdef int32_t h, n = path_len(s, p) if h1 < 0 else h1, ch, first_ch = path_hop_ch(s, p, h0)
+# FIFO, transfers are issued to the endpoints (or timed by the analytic engine: every hop an FCFS server, one
+# event per hop), joins are free. Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an_free/an_step.
+cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, int32_t h0=0,
+                          int32_t h1=-1) noexcept nogil:
+    """Zero-load alpha-beta time over hops h0..h1-1 of route p (default all): latencies + pipelined serialisation on
+    the slowest hop; occupies nothing (a load's header-only read requests)."""
+    cdef int32_t h, n = path_len(s, p) if h1 < 0 else h1, ch
     cdef double worst = 0.0
-    cdef ps_t lat = 0, pkt_ser, ser, t, f
-    cdef int64_t tlp = nbytes + <int64_t>npk * s.hdr_B
+    cdef ps_t lat = 0
     for h in range(h0, n):
         ch = path_hop_ch(s, p, h)
         lat += s.c[ch].ch_lat
@@ -18,15 +16,41 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
             lat += s.node_lat[s.c[ch].ch_dst]
         if s.c[ch].ps_per_tlpB > worst:
             worst = s.c[ch].ps_per_tlpB
-    ser = <ps_t>(tlp * worst + 0.5)
-    pkt_ser = <ps_t>(min(<int64_t>s.maxp_B + s.hdr_B, tlp) * worst + 0.5)
-    f = s.c[first_ch].flit_ps
-    t = start
-    if occupy and s.an_free[first_ch] > t:
-        t = s.an_free[first_ch]
-    if occupy:
-        s.an_free[first_ch] = t + ser
-    return t + lat + ser + (n - h0 - 1) * (pkt_ser if pkt_ser < f else f)
+    return start + lat + <ps_t>((nbytes + <int64_t>npk * s.hdr_B) * worst + 0.5) + (n - h0 - 1) * analytic_step(
+        s, p, nbytes, npk, h0, n)
+
+cdef ps_t analytic_step(SimC* s, int32_t p, int64_t nbytes, int32_t npk, int32_t h0, int32_t h1) noexcept nogil:
+    """The head's extra delay from one hop to the next (cut-through of the first packet, at most one flit): the
+    first packet's serialisation on the route's slowest hop, capped at the first hop's flit time."""
+    cdef int32_t h
+    cdef double worst = 0.0
+    cdef ps_t pkt_ser, f = s.c[path_hop_ch(s, p, h0)].flit_ps
+    for h in range(h0, h1):
+        if s.c[path_hop_ch(s, p, h)].ps_per_tlpB > worst:
+            worst = s.c[path_hop_ch(s, p, h)].ps_per_tlpB
+    pkt_ser = <ps_t>(min(<int64_t>s.maxp_B + s.hdr_B, nbytes + <int64_t>npk * s.hdr_B) * worst + 0.5)
+    return pkt_ser if pkt_ser < f else f
+
+cdef int analytic_hop(SimC* s, int32_t x, int32_t h, ps_t tail) except -1 nogil:
+    """Analytic engine, EV_AN_HOP: transfer x's head is at hop h of its route now. Every channel serves whole
+    transfers first come, first served, at its own rate (an_free: when it is free): so a source port, a switch
+    port many senders converge on (incast) and a shared link in between each queue what crosses them, in the
+    order heads arrive. The tail leaves hop h no earlier than its serialisation here after the start, nor than
+    `tail` (it arrived from upstream). On an idle route this is the zero-load alpha-beta time exactly: latencies +
+    the slowest hop's serialisation + one head step per hop. O(1) per hop, one event per hop."""
+    cdef XferC* xf = &s.xf[x]
+    cdef int32_t ch = path_hop_ch(s, xf.path, h)
+    cdef int32_t npk = <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B)
+    cdef ps_t ser = <ps_t>((xf.total_B + <int64_t>npk * s.hdr_B) * s.c[ch].ps_per_tlpB + 0.5)
+    cdef ps_t t = s.now, end, step
+    if s.an_free[ch] > t:
+        t = s.an_free[ch]
+    s.an_free[ch] = t + ser
+    end = t + ser if t + ser > tail else tail
+    if h + 1 < xf.h0 + xf.hops:
+        step = s.c[ch].ch_lat + s.node_lat[s.c[ch].ch_dst] + s.an_step[x]
+        return c_push(&s.heap, t + step, EV_AN_HOP, h + 1, x, end + step, 0)
+    return c_push(&s.heap, end + s.c[ch].ch_lat + s.complete_ps, EV_TASK_DONE, -1, xf.task, 0, 0)
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
     """Task t is ready: a join completes at once, a transfer is issued (or timed by the analytic engine), a compute
@@ -51,13 +75,14 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
             when += s.p2p_ps
             k = s.ln_inject_p2p
         if s.analytic:
-            if xf.kind == 1:
-                p = xf.path
-                when = analytic_oneway(s, p, 0, <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B), when, False)
-                xf = &s.xf[xf.partner]
-            when = analytic_oneway(s, xf.path, xf.total_B, <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B),
-                                   when, True, xf.h0, xf.h0 + xf.hops)   # an in-switch leg: its one hop
-            return c_push(&s.heap, when + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
+            if xf.kind == 1:                   # a load: its read requests (header only), then the completions
+                when = analytic_oneway(s, xf.path, 0, <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B), when)
+                x = xf.partner
+                xf = &s.xf[x]
+            # the data crosses hops h0.. of its route (an in-switch leg: its one hop), each an FCFS server
+            s.an_step[x] = analytic_step(s, xf.path, xf.total_B, <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B),
+                                         xf.h0, xf.h0 + xf.hops)
+            return c_push(&s.heap, when, EV_AN_HOP, xf.h0, x, 0, 0)
         return c_push_lane(&s.heap, k, when, EV_XFER_INJECT, -1, x, 0, 0)
     if s.t_stream[t] >= 0:
         key = s.t_rank[t] * s.n_streams + s.t_stream[t]

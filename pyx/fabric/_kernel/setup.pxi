@@ -278,6 +278,7 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
     cdef const int64_t[::1] nbytes = np.ascontiguousarray(np.asarray(graph["nbytes"], np.int64)[tasks_a])
     n_xf = len(tasks_a) + int((op_a == 1).sum())
     s.n_xf = n_xf
+    s.an_step = <ps_t*>keep_full(keep, "an_step", max(n_xf, 1), np.int64)
     s.xf = <XferC*>aligned_alloc(64, <size_t>max(n_xf, 1) * sizeof(XferC))    # one record = two cache lines
     if s.xf == NULL:
         raise MemoryError("transfers")
