@@ -17,7 +17,8 @@ BETA = phy.ps_per_byte(phy.data_gbps(load_config())) / phy.PS_PER_NS    # ns per
 
 
 def test_sd200_policy_tiers():
-    cc = CC
+    """Fixed ceilings (the auto tiers, the default: tests/test_policy_tiers.py)."""
+    cc = dataclasses.replace(CC, oneshot_max_bytes=8192, twoshot_max_bytes=512 << 10)
     assert select("allreduce", 4096, 64, cc) == "oneshot"
     assert select("allreduce", cc.oneshot_max_bytes, 64, cc) == "oneshot"
     assert select("allreduce", 14336, 64, cc) == "twoshot"  # the DeepSeek-R1 decode AllReduce: medium tier
@@ -26,6 +27,9 @@ def test_sd200_policy_tiers():
     assert select("allgather", 4040 * 64, 64, cc) == "direct"
     assert select("reduce_scatter", 1 << 30, 64, cc) == "ring"
     assert select("alltoall", 1 << 30, 64, cc) == "direct"
+    # auto (a [collectives] section alone: the default fabric): direct below ring for AllGather too
+    assert select("allgather", 4040 * 64, 64, CC) == "direct"
+    assert select("reduce_scatter", 1 << 30, 64, CC) == "ring"
     with pytest.raises(ConfigError, match="unknown collective"):
         select("allmagic", 1, 2, cc)
 

@@ -26,8 +26,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from fabric.collectives._frag import is_pow2
-from fabric.collectives.registry import ALGORITHMS, KINDS
+import numpy as np
+
+from fabric.collectives._frag import FragBuilder, is_pow2
+from fabric.collectives.registry import ALGORITHMS, CORES, KINDS
 from fabric.errors import ConfigError
 
 
@@ -109,11 +111,17 @@ def times(kind: str, nbytes: int, n_ranks: int, cfg=None) -> dict:
 
 @functools.lru_cache(maxsize=4096)
 def _times(kind: str, nbytes: int, n: int, cfg) -> dict:
+    from fabric import sim
     from fabric.collectives.library import _network
-    from fabric.tools.collective_probe import probe_collective
     topo = _network(cfg)
     if n > topo.n_ranks:
         raise ConfigError(f"a {kind} over {n} ranks does not fit this fabric of {topo.n_ranks} accelerators")
-    # fixed algorithms: the probe then builds exactly that algorithm (no recursion into this policy)
-    return {a: probe_collective(cfg, kind, nbytes, algorithm=a, ranks=n, engine="analytic", topo=topo)["time_us"]
-            for a in CANDIDATES[kind]}
+    out = {}
+    for a in CANDIDATES[kind]:
+        # the sd200 library's fragment of that algorithm (collectives.build without the library profiles)
+        fb = FragBuilder(kind, a, n, nbytes, cfg.collectives, semantics=False)
+        start, ready = fb.prologue()
+        frag = fb.finish(start, CORES[kind][a](fb, ready, nbytes))
+        res = sim.run(cfg, topo, frag.to_graph(n_ranks=topo.n_ranks), engine="analytic", transfers=False)
+        out[a] = float(res.task_end_ps[np.asarray(frag.done)].max() - res.task_start_ps.min()) / 1e6
+    return out

@@ -43,6 +43,7 @@ cdef int analytic_hop(SimC* s, int32_t x, int32_t h, ps_t tail) except -1 nogil:
     cdef int32_t npk = <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B)
     cdef ps_t ser = <ps_t>((xf.total_B + <int64_t>npk * s.hdr_B) * s.c[ch].ps_per_tlpB + 0.5)
     cdef ps_t t = s.now, end, step
+    s.last_progress = s.now                  # a transfer moving on is progress (the watchdog)
     if s.an_free[ch] > t:
         t = s.an_free[ch]
     s.an_free[ch] = t + ser
