@@ -36,6 +36,29 @@ def test_tiers_depend_on_group_size():
     assert [select("allreduce", m, 64, fixed) for m in (8192, 8193, 524289)] == ["oneshot", "twoshot", "ring"]
 
 
+def test_collective_paths_tool(tmp_path):
+    """tools/collective_paths.py measures every path and names the fastest per size and the crossovers."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from click.testing import CliRunner
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import collective_paths
+    out = tmp_path / "paths.json"
+    r = CliRunner().invoke(collective_paths.main, ["--ranks", "8", "--min-bytes", "1K", "--max-bytes", "64K",
+                                                   "--engine", "analytic", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    got = json.loads(out.read_text())["ranks"]["8"]
+    for row in got["rows"]:
+        assert row["best"] == min(row["time_us"], key=row["time_us"].get)
+        assert set(row["time_us"]) == set(collective_paths.ALGS)
+    # the tool's crossovers are where the policy switches (same engine, same fabric, grid sizes)
+    tiers = got["crossovers"]["tier_max_bytes"]
+    assert select("allreduce", tiers["oneshot"], 8, SD200).startswith("oneshot")
+    assert select("allreduce", 2 * tiers["oneshot"], 8, SD200).startswith("twoshot")
+
+
 def test_grid_size():
     assert [policy.grid_size(m) for m in (0, 1, 8, 9, 14336, 16384, 16385)] == [8, 8, 8, 16, 16384, 16384, 32768]
 

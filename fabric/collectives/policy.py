@@ -51,8 +51,8 @@ def select(kind: str, nbytes: int, n_ranks: int, cfg=None) -> str:
         return choose(kind, nbytes, n_ranks, cfg).algorithm
     pol = cc.policy
     tiered = pol in ("sd200", "auto")
-    if tiered and kind in CANDIDATES and n_ranks > 1 and not (cc.oneshot_max_bytes or cc.twoshot_max_bytes):
-        return fastest(kind, nbytes, n_ranks, cfg)
+    if tiered and kind in CANDIDATES and not (cc.oneshot_max_bytes or cc.twoshot_max_bytes):
+        return fastest(kind, nbytes, n_ranks, cfg) if n_ranks > 1 else CANDIDATES[kind][0]
     if kind == "allreduce":
         if tiered:
             if nbytes <= cc.oneshot_max_bytes:
