@@ -2,8 +2,10 @@
 two engines side by side at 64 ranks (docs/collectives.md §Selection policy, §Paths; docs/kernel.md)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fabric import sim
+from fabric import phy, sim
 from fabric.collectives import policy, select
 from fabric.collectives.library import _network
 from fabric.config import load_config, preset_names
@@ -111,3 +113,20 @@ def test_engines_agree_at_64_ranks(deep):
     for alg, m in AGREE_DEEP if deep else AGREE_DEFAULT:
         p, a = _time(cfg, m, 64, "packet", alg), _time(cfg, m, 64, "analytic", alg)
         assert a == pytest.approx(p, rel=0.10), (alg, m, p, a)
+
+
+@settings(max_examples=15)
+@given(st.lists(st.tuples(st.integers(1, 63), st.integers(1, 1 << 20)), min_size=1, max_size=12))
+def test_analytic_queues_are_bounded_by_their_work(sends):
+    """Any set of concurrent stores into rank 0: the analytic engine's makespan is at least each store's idle time
+    and rank 0's ingress work (its ports' line rate), and at most all idle times in sequence (queues never idle
+    while work waits)."""
+    topo = _network(SD200)
+    src = np.array([s for s, _ in sends])
+    nb = np.array([b for _, b in sends], np.int64)
+    end = sim.run(SD200, topo, transfer_graph(src, 0, nb), engine="analytic").task_end_ps.max()
+    alone = [sim.run(SD200, topo, transfer_graph(int(s), 0, int(b)), engine="analytic").task_end_ps.max()
+             for s, b in sends]
+    ingress = nb.sum() * phy.ps_per_byte(phy.data_gbps(SD200)) / SD200.topology.ports_per_accel
+    assert end >= max(alone) and end >= ingress
+    assert end <= sum(alone)
