@@ -20,9 +20,9 @@ def sd():
 
 def test_tpot_analytic_golden(sd):
     r = V.replay_trace(V.shipped_trace(), sd, "analytic")
-    assert r["tpot_us"] == pytest.approx(8865.4, rel=REL)
+    assert r["tpot_us"] == pytest.approx(8924.6, rel=REL)
     # the step is mostly compute, so TPOT alone would hide a communication regression: hold the split too
-    assert r["comm_us"] == pytest.approx(402.8, rel=REL)
+    assert r["comm_us"] == pytest.approx(462.0, rel=REL)
     assert r["comm_fraction"] < 0.10                      # figure 2 holds on the fast engine too
 
 
