@@ -394,7 +394,8 @@ class CollectivesConfig(_Section):
                                 "nccl-like is the generic library a cluster runs, fitted on the calibration "
                                 "tables (docs/calibration.md)")
     policy: str = param("sd200", unit="choice",
-                        choices=("sd200", "auto", "oneshot", "twoshot", "ring", "halving_doubling"),
+                        choices=("sd200", "auto", "oneshot", "twoshot", "ring", "halving_doubling", "oneshot_load",
+                                 "twoshot_load", "oneshot_cached", "twoshot_cached"),
                         help="algorithm selection: size-tiered (sd200), the nccl-like tuner (auto; sd200 means "
                              "the same under nccl-like) or one fixed algorithm",
                         reason="the SD200 library's size-tiered strategy (docs/sources.md §SD200 library)")
@@ -436,17 +437,22 @@ class CollectivesConfig(_Section):
                                   help="nccl-like run mode: launch cost per extra GPU of one host thread",
                                   reason="fitted on 1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (-g 8 floor); "
                                          "2.53 us on the H200 2x8 table's host (docs/calibration.md)")
-    oneshot_max_bytes: int = param(8192, unit="B", lo=0, hi=1 << 40,
-                                   help="sd200 policy: AllReduce of at most this many bytes uses one-shot",
-                                   reason="[E] the SD200 text puts serving-size messages (the 14,336 B decode "
-                                          "AllReduce, 'medium, the most common in serving') in the two-shot tier, "
-                                          "so one-shot ends below it; one-shot sends (n-1)M per rank")
-    twoshot_max_bytes: int = param(512 << 10, unit="B", lo=0, hi=1 << 40,
-                                   help="sd200 policy: larger AllReduce/AllGather/ReduceScatter use ring",
-                                   reason="[E] measured crossover on sd200 (packet engine, docs/calibration.md): "
-                                          "two-shot's all-to-all is bisection-bound on the 2x2x2 mesh and loses to "
-                                          "ring above 512 KiB (119 vs 112 us at 1 MiB); a library tunes its tiers "
-                                          "this way")
+    oneshot_max_bytes: int = param(0, unit="B", lo=0, hi=1 << 40,
+                                   help="sd200 policy: AllReduce of at most this many bytes uses one-shot; 0 = auto "
+                                        "(with twoshot_max_bytes = 0): per group size, the algorithm and path "
+                                        "with the least analytic-engine time on this fabric",
+                                   reason="the tier ceilings depend on the group size: on sd200 one-shot wins up to "
+                                          "4 KiB over 8 ranks but only up to 256 B over 64 (packet engine, "
+                                          "fabric/data/collective_paths_sd200.json, tools/collective_paths.py); "
+                                          "a fixed 8 KiB gave a 9x cliff at 64 ranks")
+    twoshot_max_bytes: int = param(0, unit="B", lo=0, hi=1 << 40,
+                                   help="sd200 policy: larger AllReduce/AllGather/ReduceScatter use ring; 0 = auto "
+                                        "(see oneshot_max_bytes)",
+                                   reason="measured crossover on sd200 (packet engine, "
+                                          "fabric/data/collective_paths_sd200.json): two-shot's all-to-all is "
+                                          "bisection-bound on the 2x2x2 mesh; over 64 ranks ring wins from 2 MiB "
+                                          "(147 vs 199 us, two-shot by loads), over 8 ranks not below 4 MiB; the "
+                                          "analytic engine puts both crossovers at the same sizes")
     channels: int = param(2, unit="flows", lo=1, hi=64,
                           help="flows a large store of a collective is striped over (NCCL-style channels)",
                           reason="one per accelerator port (topology.ports_per_accel = 2): a single flow keeps one "

@@ -9,7 +9,7 @@ from fabric.collectives import ALGORITHMS, KINDS, cost_model, select
 from fabric.collectives.cost import MODELS
 from fabric.config import CollectivesConfig, load_config
 from fabric.errors import ConfigError
-from fabric.taskgraph import COMPUTE, REDUCE, TRANSFER
+from fabric.taskgraph import COMPUTE, LOAD, REDUCE, TRANSFER
 from fabric.trace import COLL_NAMES
 
 CC = CollectivesConfig()
@@ -17,7 +17,8 @@ BETA = phy.ps_per_byte(phy.data_gbps(load_config())) / phy.PS_PER_NS    # ns per
 
 
 def test_sd200_policy_tiers():
-    cc = CC
+    """Fixed ceilings (the auto tiers, the default: tests/test_policy_tiers.py)."""
+    cc = dataclasses.replace(CC, oneshot_max_bytes=8192, twoshot_max_bytes=512 << 10)
     assert select("allreduce", 4096, 64, cc) == "oneshot"
     assert select("allreduce", cc.oneshot_max_bytes, 64, cc) == "oneshot"
     assert select("allreduce", 14336, 64, cc) == "twoshot"  # the DeepSeek-R1 decode AllReduce: medium tier
@@ -26,6 +27,9 @@ def test_sd200_policy_tiers():
     assert select("allgather", 4040 * 64, 64, cc) == "direct"
     assert select("reduce_scatter", 1 << 30, 64, cc) == "ring"
     assert select("alltoall", 1 << 30, 64, cc) == "direct"
+    # auto (a [collectives] section alone: the default fabric): direct below ring for AllGather too
+    assert select("allgather", 4040 * 64, 64, CC) == "direct"
+    assert select("reduce_scatter", 1 << 30, 64, CC) == "ring"
     with pytest.raises(ConfigError, match="unknown collective"):
         select("allmagic", 1, 2, cc)
 
@@ -86,12 +90,22 @@ def test_bytes_and_steps_match_cost_model(kind, alg, n, nbytes):
     c = cost_model(kind, alg, nbytes, n, alpha_ns=700.0, beta_ns_per_byte=BETA)
     data, length = data_transfers(frag)
     assert length.sum() == c.bytes_total  # exact: every algorithm moves exactly its textbook volume
-    sent = np.bincount(frag.rank[data], weights=length, minlength=n)
+    load = frag.op[data] == LOAD
+    sender = np.where(load, frag.peer[data], frag.rank[data])        # a load's data comes from its owner
+    sent = np.bincount(sender, weights=length, minlength=n)
     assert sent.max() <= np.ceil(c.bytes_max) + n  # uneven chunks differ by at most a byte per chunk
     assert transfer_depth(frag) == c.steps
-    # folded flags: every data transfer carries flag_bytes more than its payload, nothing else is sent
-    assert (frag.task_nbytes[data] == length + CC.flag_bytes).all()
-    assert data.sum() == (frag.task_kind == TRANSFER).sum()
+    # folded flags: every data store carries flag_bytes more than its payload; a load carries its payload only
+    # (the reader sees its own completions); the only other transfers are the load variants' flag stores
+    assert (frag.task_nbytes[data] == length + np.where(load, 0, CC.flag_bytes)).all()
+    flags = (frag.task_kind == TRANSFER) & ~data
+    assert (frag.task_nbytes[flags] == CC.flag_bytes).all()
+    if alg.endswith("_load"):
+        assert load.all() == (alg == "oneshot_load") and load.sum() == n * (n - 1)
+        # a ready flag per (owner, reader) pair, and one-shot's done flags back
+        assert flags.sum() == n * (n - 1) * (2 if alg == "oneshot_load" else 1)
+    else:
+        assert not load.any() and not flags.any()
     assert c.time_ns == pytest.approx(c.alpha_count * 700.0 + c.bytes_max / 64)   # 64 GB/s links
 
 

@@ -169,39 +169,57 @@ class FragBuilder:
                 seen[k] = dl
         return issue, seen
 
-    def _xfer(self, src, dst, length, src_buf, src_off, dst_buf, dst_off) -> tuple[np.ndarray, np.ndarray]:
+    def load(self, reader, owner, length, src_buf, src_off, dst_buf, dst_off) -> tuple[np.ndarray, np.ndarray]:
+        """Loads (op LOAD): `reader` reads (src_buf, src_off)[:length] of `owner`'s memory into its own (dst_buf,
+        dst_off); read requests go out, completions carry the data back. Striped like stores (xfer). Returns
+        (issue ids: add the reader's dependencies here, done ids: complete when the data is in the reader's
+        memory; no flag, the reader sees its own completions)."""
+        return self._xfer(reader, owner, length, src_buf, src_off, dst_buf, dst_off, op=LOAD)
+
+    def flag(self, src, dst) -> np.ndarray:
+        """Flag-only stores src -> dst (`flag_bytes`, no data): a signal such as "my buffer is ready" or "I have
+        finished reading yours"."""
+        return self._add(TRANSFER, np.atleast_1d(np.asarray(src, np.int64)), peer=dst, nbytes=self.cc.flag_bytes,
+                         op=STORE)
+
+    def _xfer(self, src, dst, length, src_buf, src_off, dst_buf, dst_off, op=STORE) -> tuple[np.ndarray, np.ndarray]:
         src, dst, length = np.broadcast_arrays(np.atleast_1d(np.asarray(src, np.int64)), np.asarray(dst, np.int64),
                                                np.asarray(length, np.int64))
         k = (self.choice.channels if self.stripe else 1) if self.protocol else self.cc.channels
         lim = k if self.protocol else max(self.cc.channel_min_bytes, k)
         wide = (length >= lim) if k > 1 else np.zeros(src.shape, bool)
         if not wide.any():
-            return self._store(src, dst, length, src_buf, src_off, dst_buf, dst_off)
+            return self._store(src, dst, length, src_buf, src_off, dst_buf, dst_off, op)
         cols = [np.broadcast_to(np.asarray(v, np.int64), src.shape) for v in (src_buf, src_off, dst_buf, dst_off)]
         issue = np.empty(src.shape, np.int64)
         seen = np.empty(src.shape, np.int64)
         narrow = ~wide
         if narrow.any():
             issue[narrow], seen[narrow] = self._store(src[narrow], dst[narrow], length[narrow],
-                                                      *(c[narrow] for c in cols))
+                                                      *(c[narrow] for c in cols), op)
         w = np.flatnonzero(wide)
         issue[w] = self.join(src[w])
-        seen[w] = self.join(dst[w])
+        seen[w] = self.join(src[w] if op == LOAD else dst[w])     # a load's data comes back to its requester
         # stripe c of store e is flow e*k + c: consecutive flows take consecutive route candidates (ports)
         lo = (length[w, None] * np.arange(k)) // k
         part = (length[w, None] * np.arange(1, k + 1)) // k - lo
         rep = np.repeat(w, k)
         sb, so, db, do = (c[rep] for c in cols)
         i_ids, s_ids = self._store(src[rep], dst[rep], part.ravel(), sb.astype(np.int8), so + lo.ravel(),
-                                   db.astype(np.int8), do + lo.ravel())
+                                   db.astype(np.int8), do + lo.ravel(), op)
         self.edge(np.repeat(issue[w], k), i_ids)
         self.edge(s_ids, np.repeat(seen[w], k))
         return issue, seen
 
-    def _store(self, src, dst, length, src_buf, src_off, dst_buf, dst_off) -> tuple[np.ndarray, np.ndarray]:
-        """One flow per store (see xfer)."""
+    def _store(self, src, dst, length, src_buf, src_off, dst_buf, dst_off, op=STORE) -> tuple[np.ndarray, np.ndarray]:
+        """One flow per store (see xfer), or per load (src: the reader; a load of nothing is a JOIN)."""
         cc = self.cc
         src_off = np.broadcast_to(np.asarray(src_off, np.int64), src.shape)
+        if op == LOAD:
+            ids = self._add(np.where(length > 0, TRANSFER, JOIN).astype(np.int8), src,
+                            peer=np.where(length > 0, dst, -1), nbytes=length, op=LOAD, dst_buf=dst_buf,
+                            dst_off=dst_off, length=length, src_buf=src_buf, src_off=src_off, data=True)
+            return ids, ids
         if self.protocol:      # the protocol's wire format: LL/LL128 lines carry their flags, Simple a trailing one
             from fabric.collectives.library import wire_nbytes
             ids = self._add(TRANSFER, src, peer=dst, nbytes=wire_nbytes(self.protocol, length, cc.flag_bytes),

@@ -8,6 +8,17 @@ Synchronisation per algorithm (flags fold into the data store by default, see do
 - halving_doubling: recursive halving ReduceScatter + recursive doubling AllGather (2 log2 p waits). A group that
   is not a power of two takes a pre-step (rank p+i pushes its whole input to rank i, which adds it) and a
   post-step (rank i pushes the whole result back), p = the largest power of two <= n (Rabenseifner's method).
+
+Load (pull) and cached variants (the SD200 library's cache-less and cached paths, docs/collectives.md):
+- oneshot_load: every owner flags "input ready" to each peer; each rank loads every peer's whole input (its user
+  buffer, through the shadow window) and reduces n operands; each reader flags "done reading" to the owner, which
+  completes when all n-1 have (it may not reuse its input before).
+- twoshot_load: the same ready flags; rank i loads chunk i of every peer's input (a load-based ReduceScatter) and
+  reduces it into OUT; then the direct AllGather stores it into every peer's OUT (which also tells the owner that
+  its input has been read).
+- oneshot_cached / twoshot_cached: a local copy of the input into a registered staging buffer (TMP[0:M], at
+  reduce_gbps, + reduce_kernel_ns), then stores between staging buffers only (no per-call handshake: registered,
+  double-buffered), and a final copy out of staging (two-shot) or the reduce (one-shot) into OUT.
 """
 from __future__ import annotations
 
@@ -16,6 +27,7 @@ import numpy as np
 from fabric.collectives._frag import FragBuilder
 from fabric.collectives.allgather import ag_direct, ag_doubling, ag_ring
 from fabric.collectives.reduce_scatter import pairs, rs_direct, rs_halving, rs_ring
+from fabric.collectives._frag import bounds
 from fabric.taskgraph import BUF_IN, BUF_OUT, BUF_TMP
 
 
@@ -83,4 +95,132 @@ def halving_doubling(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndar
     return np.concatenate([fin, w2])
 
 
-CORES = {"oneshot": oneshot, "twoshot": twoshot, "ring": ring, "halving_doubling": halving_doubling}
+def _ready_flags(fb: FragBuilder, ready: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs (reader i, owner j) and the flag j -> i that says j's input is ready (sent after j's launch)."""
+    i, j = pairs(fb.n)
+    f = fb.flag(j, i)
+    fb.edge(ready[j], f)
+    return i, j, f
+
+
+def _reduce_slots(fb: FragBuilder, length, out_buf, out_off, own_buf, own_off, slot) -> np.ndarray:
+    """Each rank r reduces its own operand (own_buf, own_off[r]) and peer k's TMP slot `slot[r, k]` into out."""
+    n = fb.n
+    r = np.arange(n)
+    others = (r[:, None] + np.arange(1, n)[None, :]) % n
+    offs = np.concatenate([np.broadcast_to(np.asarray(own_off, np.int64), (n,))[:, None],
+                           slot[r[:, None], others]], axis=1)
+    bufs = np.array([[own_buf] + [BUF_TMP] * (n - 1)], np.int8)
+    return fb.reduce(r, length, out_buf, out_off, bufs, offs)
+
+
+def oneshot_load(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> list:
+    n, M = fb.n, int(nbytes)
+    i, j, f = _ready_flags(fb, ready)
+    issue, done = fb.load(i, j, M, BUF_IN, 0, BUF_TMP, j * M)
+    fb.edge(f, issue)
+    fb.edge(ready[i], issue)
+    r = np.arange(n)
+    w = fb.wait(r)
+    fb.edge(done, w[i])
+    fb.edge(ready, w)
+    red = _reduce_slots(fb, M, BUF_OUT, 0, BUF_IN, 0, np.broadcast_to(r * M, (n, n)))
+    fb.edge(w, red)
+    fin = fb.flag(i, j)              # "done reading your input"
+    fb.edge(done, fin)
+    fb.need(BUF_IN, M)
+    fb.need(BUF_OUT, M)
+    fb.need(BUF_TMP, n * M)
+    return [np.concatenate([red[k:k + 1], fin[j == k]]) for k in range(n)]
+
+
+def rs_load(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
+    """Load-based ReduceScatter: rank i loads chunk i of every peer's input into its TMP slot for that peer once
+    the peer's ready flag has come, then reduces them with its own chunk into OUT."""
+    n = fb.n
+    b = bounds(nbytes, n)
+    c = np.diff(b)
+    cmax = int(c.max())
+    i, j, f = _ready_flags(fb, ready)
+    issue, done = fb.load(i, j, c[i], BUF_IN, b[i], BUF_TMP, j * cmax)
+    fb.edge(f, issue)
+    fb.edge(ready[i], issue)
+    r = np.arange(n)
+    w = fb.wait(r)
+    fb.edge(done, w[i])
+    fb.edge(ready, w)
+    red = _reduce_slots(fb, c, BUF_OUT, b[:-1], BUF_IN, b[:-1], np.broadcast_to(r * cmax, (n, n)))
+    fb.edge(w, red)
+    fb.need(BUF_IN, nbytes)
+    fb.need(BUF_OUT, nbytes)
+    fb.need(BUF_TMP, n * cmax)
+    return red
+
+
+def twoshot_load(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
+    return ag_direct(fb, rs_load(fb, ready, nbytes), nbytes)
+
+
+def _stage(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
+    """The cached path's first step: copy the input into the registered staging buffer TMP[0:M]."""
+    n, M = fb.n, int(nbytes)
+    cp = fb.reduce(np.arange(n), M, BUF_TMP, 0, np.array([[BUF_IN]], np.int8), np.zeros((n, 1), np.int64))
+    fb.edge(ready, cp)
+    return cp
+
+
+def oneshot_cached(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
+    """Stage, then store the staged buffer into slot i (after the staging copy) of every peer's staging buffer;
+    wait, reduce n staged operands into OUT."""
+    n, M = fb.n, int(nbytes)
+    cp = _stage(fb, ready, M)
+    i, j = pairs(n)
+    issue, seen = fb.xfer(i, j, M, BUF_TMP, 0, BUF_TMP, (1 + i) * M)
+    fb.edge(cp[i], issue)
+    r = np.arange(n)
+    w = fb.wait(r)
+    fb.edge(seen, w[j])
+    fb.edge(cp, w)
+    red = _reduce_slots(fb, M, BUF_OUT, 0, BUF_TMP, 0, np.broadcast_to((1 + r) * M, (n, n)))
+    fb.edge(w, red)
+    fb.need(BUF_IN, M)
+    fb.need(BUF_OUT, M)
+    fb.need(BUF_TMP, (n + 1) * M)
+    return red
+
+
+def twoshot_cached(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
+    """Stage; ReduceScatter by stores of staged chunks into the peers' staging slots, reduced into the staging
+    gather area G = TMP[M + n*cmax:]; AllGather by stores of that chunk into every peer's gather area; a copy of
+    the gathered area into OUT."""
+    n, M = fb.n, int(nbytes)
+    b = bounds(M, n)
+    c = np.diff(b)
+    cmax = int(c.max())
+    G = M + n * cmax
+    cp = _stage(fb, ready, M)
+    i, j = pairs(n)
+    issue, seen = fb.xfer(i, j, c[j], BUF_TMP, b[j], BUF_TMP, M + i * cmax)
+    fb.edge(cp[i], issue)
+    r = np.arange(n)
+    w = fb.wait(r)
+    fb.edge(seen, w[j])
+    fb.edge(cp, w)
+    red = _reduce_slots(fb, c, BUF_TMP, G + b[:-1], BUF_TMP, b[:-1], np.broadcast_to(M + r * cmax, (n, n)))
+    fb.edge(w, red)
+    issue, seen = fb.xfer(i, j, c[i], BUF_TMP, G + b[i], BUF_TMP, G + b[i])
+    fb.edge(red[i], issue)
+    w2 = fb.wait(r)
+    fb.edge(seen, w2[j])
+    fb.edge(red, w2)
+    out = fb.reduce(r, M, BUF_OUT, 0, np.array([[BUF_TMP]], np.int8), np.full((n, 1), G, np.int64))
+    fb.edge(w2, out)
+    fb.need(BUF_IN, M)
+    fb.need(BUF_OUT, M)
+    fb.need(BUF_TMP, G + M)
+    return out
+
+
+CORES = {"oneshot": oneshot, "twoshot": twoshot, "ring": ring, "halving_doubling": halving_doubling,
+         "oneshot_load": oneshot_load, "twoshot_load": twoshot_load, "oneshot_cached": oneshot_cached,
+         "twoshot_cached": twoshot_cached}

@@ -45,6 +45,12 @@ MODELS = {
     ("allreduce", "twoshot"): lambda n, M: (2, 3, 2 * (n - 1) * M, 2 * (n - 1) * M / n),
     ("allreduce", "ring"): lambda n, M: (2 * (n - 1), 2 * (n - 1), 2 * (n - 1) * M, 2 * (n - 1) * M / n),
     ("allreduce", "halving_doubling"): _allreduce_hd,
+    # loads: a ready flag, then the request and the data (3 latencies); one-shot's owners also wait for a done flag
+    ("allreduce", "oneshot_load"): lambda n, M: (1, 4, n * (n - 1) * M, (n - 1) * M),
+    ("allreduce", "twoshot_load"): lambda n, M: (2, 4, 2 * (n - 1) * M, 2 * (n - 1) * M / n),
+    # cached: the local staging copies are not transfers (their cost is memory bandwidth, not alpha or beta)
+    ("allreduce", "oneshot_cached"): lambda n, M: (1, 2, n * (n - 1) * M, (n - 1) * M),
+    ("allreduce", "twoshot_cached"): lambda n, M: (2, 3, 2 * (n - 1) * M, 2 * (n - 1) * M / n),
     ("allgather", "direct"): lambda n, M: (1, 2, (n - 1) * M, (n - 1) * M / n),
     ("allgather", "ring"): lambda n, M: (n - 1, n - 1, (n - 1) * M, (n - 1) * M / n),
     ("allgather", "halving_doubling"): _gather_hd,

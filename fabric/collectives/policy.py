@@ -1,14 +1,20 @@
 """Algorithm selection: the SD200 library's size tiers, or one fixed algorithm (an unoptimised library); with
 collectives.library = nccl-like, the tuner of fabric/collectives/library.py (`choose` returns its whole Choice).
 
-sd200 (docs/sources.md §SD200 library): AllReduce of M <= oneshot_max_bytes -> oneshot; <= twoshot_max_bytes ->
-twoshot; larger -> ring. AllGather / ReduceScatter: direct up to twoshot_max_bytes, ring above. AllToAll, Broadcast,
-Send/Recv: direct (the only algorithm modelled).
+sd200 (docs/sources.md §SD200 library, docs/collectives.md §Selection policy): AllReduce tiers one-shot ->
+two-shot -> ring, each on its store, load (cache-less) or cached path. The tier ceilings depend on the group size
+and the fabric, so they are not constants: with oneshot_max_bytes = twoshot_max_bytes = 0 (auto, the default) a
+call of M bytes over n ranks runs the algorithm whose time on the analytic engine is least at G, the power of two
+>= M (at least 8 B), for a group of ranks 0..n-1 of the configured fabric (`fastest`; cached per (kind, G, n,
+config)). Choosing at G keeps the time monotonic in M: every size in (G/2, G] takes the winner at G, which is no
+faster at G/2 than the winner there. AllGather / ReduceScatter choose direct or ring the same way. Nonzero ceilings
+fix the tiers instead (store path): M <= oneshot_max_bytes one-shot, <= twoshot_max_bytes two-shot (AllGather /
+ReduceScatter direct), else ring. AllToAll, Broadcast, Send/Recv: direct (the only algorithm modelled).
 
 Fixed policies map each kind to its nearest algorithm:
     policy             allreduce         allgather / reduce_scatter          others
-    oneshot            oneshot           direct                              direct
-    twoshot            twoshot           direct                              direct
+    oneshot[_load|_cached] that one      direct                              direct
+    twoshot[_load|_cached] that one      direct                              direct
     ring               ring              ring                                direct
     halving_doubling   halving_doubling  halving_doubling (ring if n is not  direct
                        (pre/post step    a power of two)
@@ -17,8 +23,13 @@ Fixed policies map each kind to its nearest algorithm:
 """
 from __future__ import annotations
 
-from fabric.collectives._frag import is_pow2
-from fabric.collectives.registry import ALGORITHMS, KINDS
+import dataclasses
+import functools
+
+import numpy as np
+
+from fabric.collectives._frag import FragBuilder, is_pow2
+from fabric.collectives.registry import ALGORITHMS, CORES, KINDS
 from fabric.errors import ConfigError
 
 
@@ -39,16 +50,19 @@ def select(kind: str, nbytes: int, n_ranks: int, cfg=None) -> str:
     if cc.library == "nccl-like":
         return choose(kind, nbytes, n_ranks, cfg).algorithm
     pol = cc.policy
+    tiered = pol in ("sd200", "auto")
+    if tiered and kind in CANDIDATES and not (cc.oneshot_max_bytes or cc.twoshot_max_bytes):
+        return fastest(kind, nbytes, n_ranks, cfg) if n_ranks > 1 else CANDIDATES[kind][0]
     if kind == "allreduce":
-        if pol in ("sd200", "auto"):
+        if tiered:
             if nbytes <= cc.oneshot_max_bytes:
                 return "oneshot"
             return "twoshot" if nbytes <= cc.twoshot_max_bytes else "ring"
         return pol
     if kind in ("allgather", "reduce_scatter"):
-        if pol in ("sd200", "auto"):
+        if tiered:
             return "direct" if nbytes <= cc.twoshot_max_bytes else "ring"
-        if pol in ("oneshot", "twoshot"):
+        if pol.startswith(("oneshot", "twoshot")):
             return "direct"
         if pol == "halving_doubling":
             return "halving_doubling" if is_pow2(n_ranks) else "ring"
@@ -67,3 +81,47 @@ def choose(kind: str, nbytes: int, n_ranks: int, cfg=None, algorithm: str | None
     if cc.library == "nccl-like":
         return tune(kind, nbytes, n_ranks, cfg, algorithm=algorithm)
     return Choice(algorithm or select(kind, nbytes, n_ranks, cfg))
+
+
+# what the auto tiers choose among, per kind (ties go to the first: the store path, then the simpler tier)
+CANDIDATES = {"allreduce": ("oneshot", "twoshot", "ring", "oneshot_load", "twoshot_load", "oneshot_cached",
+                            "twoshot_cached"),
+              "allgather": ("direct", "ring"), "reduce_scatter": ("direct", "ring")}
+GRID_MIN_BYTES = 8
+
+
+def grid_size(nbytes: int) -> int:
+    """The power of two >= nbytes (at least GRID_MIN_BYTES) whose winner a call of nbytes runs."""
+    return max(GRID_MIN_BYTES, 1 << max(int(nbytes) - 1, 0).bit_length())
+
+
+def fastest(kind: str, nbytes: int, n_ranks: int, cfg=None) -> str:
+    """The sd200 library's auto tier: the candidate with the least analytic-engine time at grid_size(nbytes) over
+    ranks 0..n-1 of the fabric `cfg` describes (a CollectivesConfig alone: the default fabric)."""
+    return min(times(kind, grid_size(nbytes), n_ranks, cfg).items(), key=lambda kv: kv[1])[0]
+
+
+def times(kind: str, nbytes: int, n_ranks: int, cfg=None) -> dict:
+    """{algorithm: time in us} of every auto candidate for one call, on the analytic engine (cached)."""
+    if not hasattr(cfg, "topology"):
+        from fabric.config import FabricConfig
+        cfg = dataclasses.replace(FabricConfig(), collectives=collectives_config(cfg))
+    return _times(kind, int(nbytes), int(n_ranks), cfg)
+
+
+@functools.lru_cache(maxsize=4096)
+def _times(kind: str, nbytes: int, n: int, cfg) -> dict:
+    from fabric import sim
+    from fabric.collectives.library import _network
+    topo = _network(cfg)
+    if n > topo.n_ranks:
+        raise ConfigError(f"a {kind} over {n} ranks does not fit this fabric of {topo.n_ranks} accelerators")
+    out = {}
+    for a in CANDIDATES[kind]:
+        # the sd200 library's fragment of that algorithm (collectives.build without the library profiles)
+        fb = FragBuilder(kind, a, n, nbytes, cfg.collectives, semantics=False)
+        start, ready = fb.prologue()
+        frag = fb.finish(start, CORES[kind][a](fb, ready, nbytes))
+        res = sim.run(cfg, topo, frag.to_graph(n_ranks=topo.n_ranks), engine="analytic", transfers=False)
+        out[a] = float(res.task_end_ps[np.asarray(frag.done)].max() - res.task_start_ps.min()) / 1e6
+    return out

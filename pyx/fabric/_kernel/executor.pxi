@@ -1,32 +1,67 @@
 # ================================================================== task-graph executor and analytic engine
 # The workload: tasks start when their dependencies complete; compute and reduce tasks occupy their (rank, stream)
-# FIFO, transfers are issued to the endpoints (or timed alpha-beta by the analytic engine), joins are free.
-# Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an_free.
-cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, bint occupy,
-                          int32_t h0=0, int32_t h1=-1) noexcept nogil:
-    """Alpha-beta over the route: latencies + pipelined serialisation on the slowest hop (its packets back to back in
-    flits, the last one padded: fabric.phy.path_terms), a flit per later hop (the first flit's CRC is checked before
-    it goes on), queued behind earlier transfers on the source port (injection is where a rank's own transfers
-    contend; the network is not modelled). Hops h0..h1-1 only (default all): an in-switch leg crosses one hop."""
-    cdef int32_t h, n = path_len(s, p) if h1 < 0 else h1, ch, first_ch = path_hop_ch(s, p, h0)
+# FIFO, transfers are issued to the endpoints (or timed by the analytic engine: every hop an FCFS server, one
+# event per hop), joins are free. Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an_free,
+# an_origin, an_run_B.
+cdef inline ps_t framed_ser(SimC* s, int64_t tlp, double ps_per_B) noexcept nogil:
+    """Serialisation of tlp header + payload bytes sent back to back in whole flits, the last one padded (its CRC
+    comes at the flit's end): fabric.phy.path_terms."""
+    return <ps_t>(((tlp + s.flitpay_B - 1) // s.flitpay_B) * s.flit_B * ps_per_B + 0.5)
+
+cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, int32_t h0=0,
+                          int32_t h1=-1) noexcept nogil:
+    """Zero-load time over hops h0..h1-1 of route p (default all): latencies + the slowest hop's serialisation +
+    a flit per later hop (each checks the first flit's CRC before it goes on); occupies nothing (a load's
+    header-only read requests)."""
+    cdef int32_t h, n = path_len(s, p) if h1 < 0 else h1, ch
     cdef double worst = 0.0
-    cdef ps_t lat = 0, ser, t, f
-    cdef int64_t tlp = nbytes + <int64_t>npk * s.hdr_B
+    cdef ps_t lat = 0
     for h in range(h0, n):
         ch = path_hop_ch(s, p, h)
         lat += s.c[ch].ch_lat
         if h + 1 < n:
-            lat += s.node_lat[s.c[ch].ch_dst]
+            lat += s.node_lat[s.c[ch].ch_dst] + s.c[ch].flit_ps
         if s.c[ch].ps_per_B > worst:
             worst = s.c[ch].ps_per_B
-    ser = <ps_t>(((tlp + s.flitpay_B - 1) // s.flitpay_B) * s.flit_B * worst + 0.5)
-    f = s.c[first_ch].flit_ps
-    t = start
-    if occupy and s.an_free[first_ch] > t:
-        t = s.an_free[first_ch]
-    if occupy:
-        s.an_free[first_ch] = t + ser
-    return t + lat + ser + (n - h0 - 1) * f
+    return start + lat + framed_ser(s, nbytes + <int64_t>npk * s.hdr_B, worst)
+
+cdef inline ps_t run_time(SimC* s, int32_t ch, int64_t run_B, bint to_flit_end) noexcept nogil:
+    """Time, from the start of channel ch's current run, at which its run_B-th stream byte is out (or, to_flit_end,
+    the end of the flit that holds it, when that flit's CRC is in)."""
+    cdef int64_t P = s.flitpay_B, q = run_B // P, r = run_B - q * P
+    if to_flit_end and r:
+        q += 1
+        r = 0
+    return <ps_t>((q * s.flit_B + r) * s.c[ch].ps_per_B + 0.5)
+
+cdef int analytic_hop(SimC* s, int32_t x, int32_t h, ps_t tail) except -1 nogil:
+    """Analytic engine, EV_AN_HOP: transfer x's head is at hop h of its route now. Every channel serves whole
+    transfers first come, first served, at its own rate, in the order heads arrive: so a source port, a switch port
+    many senders converge on (incast) and a shared link in between each queue what crosses them. As on the wire
+    (phy.pxi stream_at), a transfer that waited, or comes the instant the last one's bytes are out, continues the
+    channel's run of back-to-back flits (an_origin, an_run_B); one that finds the channel idle starts a new run, after
+    the open flit's padding. Its tail leaves hop h when the flit holding its last byte is out, and no earlier than
+    `tail` (it arrived from upstream). On an idle route this is analytic_oneway's zero-load time exactly. O(1) per
+    hop, one event per hop."""
+    cdef XferC* xf = &s.xf[x]
+    cdef int32_t ch = path_hop_ch(s, xf.path, h)
+    cdef int32_t npk = <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B)
+    cdef ps_t t, end, step, pad_end
+    s.last_progress = s.now                  # a transfer moving on is progress (the watchdog)
+    if s.an_free[ch] < s.now or (s.an_free[ch] == s.now and s.an_run_B[ch] % s.flitpay_B == 0):
+        pad_end = s.an_origin[ch] + run_time(s, ch, s.an_run_B[ch], True)
+        s.an_origin[ch] = pad_end if pad_end > s.now else s.now
+        s.an_run_B[ch] = 0
+    t = s.an_origin[ch] + run_time(s, ch, s.an_run_B[ch], False)
+    s.an_run_B[ch] += xf.total_B + <int64_t>npk * s.hdr_B
+    s.an_free[ch] = s.an_origin[ch] + run_time(s, ch, s.an_run_B[ch], False)
+    end = s.an_origin[ch] + run_time(s, ch, s.an_run_B[ch], True)
+    if tail > end:
+        end = tail
+    if h + 1 < xf.h0 + xf.hops:
+        step = s.c[ch].ch_lat + s.node_lat[s.c[ch].ch_dst] + s.c[ch].flit_ps
+        return c_push(&s.heap, t + step, EV_AN_HOP, h + 1, x, end + step, 0)
+    return c_push(&s.heap, end + s.c[ch].ch_lat + s.complete_ps, EV_TASK_DONE, -1, xf.task, 0, 0)
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
     """Task t is ready: a join completes at once, a transfer is issued after its ingress translation (an addressed
@@ -66,13 +101,12 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
                 s.xl_shadow += 1
                 s.xl_cross_B += xf.total_B
         if s.analytic:
-            if xf.kind == 1:
-                p = xf.path
-                when = analytic_oneway(s, p, 0, <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B), when, False)
-                xf = &s.xf[xf.partner]
-            when = analytic_oneway(s, xf.path, xf.total_B, <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B),
-                                   when, True, xf.h0, xf.h0 + xf.hops)   # an in-switch leg: its one hop
-            return c_push(&s.heap, when + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
+            if xf.kind == 1:                   # a load: its read requests (header only), then the completions
+                when = analytic_oneway(s, xf.path, 0, <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B), when)
+                x = xf.partner
+                xf = &s.xf[x]
+            # the data crosses hops h0.. of its route (an in-switch leg: its one hop), each an FCFS server
+            return c_push(&s.heap, when, EV_AN_HOP, xf.h0, x, 0, 0)
         return c_push_lane(&s.heap, k, when, EV_XFER_INJECT, -1, x, 0, 0)
     if s.t_stream[t] >= 0:
         key = s.t_rank[t] * s.n_streams + s.t_stream[t]

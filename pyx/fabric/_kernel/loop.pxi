@@ -88,6 +88,8 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
             on_deliver(s, &e)
         elif typ == EV_TASK_DONE:               # executor.pxi
             complete_task(s, e.x)
+        elif typ == EV_AN_HOP:                  # executor.pxi (analytic engine)
+            analytic_hop(s, e.x, e.ch, e.y)
         elif typ == EV_E2E_GRANT:               # endpoint.pxi
             on_grant(s, &e)
         elif typ == EV_XFER_INJECT:             # endpoint.pxi

@@ -264,6 +264,8 @@ cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
     s.e2e_owed = <int64_t*>keep_full(keep, "e2e_owed", <int64_t>R * R, np.int64)
     s.e2e_quantum = max(int(p["e2e_window_B"]) // 4, 1)
     s.an_free = <ps_t*>keep_full(keep, "an_free", s.n_ch, np.int64)
+    s.an_origin = <ps_t*>keep_full(keep, "an_origin", s.n_ch, np.int64)
+    s.an_run_B = <int64_t*>keep_full(keep, "an_run_B", s.n_ch, np.int64)
     s.tasks_left = n
     return 0
 

@@ -41,6 +41,7 @@ cdef enum EventType:
     EV_TASK_DONE = 11      # task x finished (compute, reduce, transfer completion)
     EV_XFER_INJECT = 12    # transfer x is issued at its source port
     EV_E2E_GRANT = 13      # receive space (y bytes) freed at rank x is granted back to rank ch (its source)
+    EV_AN_HOP = 14         # analytic engine: transfer x's head reaches hop ch of its route (y = earliest tail end)
 
 cdef struct EventC:            # 32 B: two per cache line, four siblings of the 4-ary heap in two lines
     ps_t time                  # when it fires
@@ -399,6 +400,8 @@ cdef struct SimC:
     int32_t* t_next
     int32_t* work                  # stack of tasks that became ready (work[0]: how many)
     ps_t* an_free                  # analytic engine: when each channel's port is free
+    ps_t* an_origin                # ... the start of its current run of back-to-back flits
+    int64_t* an_run_B              # ... and the header + payload bytes sent in that run so far
     # ---- link counter sampling for timelines (sample.pxi); off: next_sample = INT64_MAX, one compare per event
     ps_t next_sample               # time of the next sample (INT64_MAX: sampling off)
     ps_t sample_ps                 # interval between samples (doubles each time the ring fills)
