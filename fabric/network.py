@@ -2,6 +2,8 @@
 deadlock-freedom proof. The one place where fabric.topology (layout) and fabric.routing (paths) meet."""
 from __future__ import annotations
 
+import functools
+
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.routing import check_deadlock_free, route
@@ -56,3 +58,11 @@ def build(cfg: FabricConfig, *, routing: str = "auto", check: bool = True) -> To
     if check:
         check_deadlock_free(topo)
     return topo
+
+
+@functools.lru_cache(maxsize=8)
+def shared(cfg: FabricConfig) -> Topology:
+    """The network cfg describes, built and checked once per config (frozen, hashable) and shared by every user
+    that has no topology of its own: the replay, the library tuner, the auto tiers, kernel_params (whose flow-control
+    cache is keyed on the topology object, so it hits too). Read it; never modify it."""
+    return build(cfg)

@@ -13,7 +13,7 @@ from fabric import sim, trace as tracemod
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.lower import lower
-from fabric.network import build
+from fabric.network import shared
 from fabric.report import collective_summary, link_summary, step_summary, task_layers, translation_summary
 from fabric.taskgraph import COMPUTE, REDUCE
 
@@ -24,7 +24,7 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     run's timeline there (fabric.timeline; FILE.json or FILE.json.gz) and add its figures as "timeline"."""
     path = trace_path or str(tracemod.default_trace_path())
     tr = tracemod.read(path)
-    topo = build(cfg)
+    topo = shared(cfg)
     if tr.n_ranks > topo.n_ranks:
         raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_ranks} "
                           f"accelerators; choose a preset with at least {tr.n_ranks} (sd200: 64, sd200-128 ... "

@@ -138,19 +138,12 @@ def flow_control(cfg: FabricConfig, topo, *, warn: bool = True) -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=8)
-def _described_network(cfg: FabricConfig):
-    """The routed topology cfg describes, built once per config (frozen, hashable) for kernel_params callers that
-    pass no topology; flow_control's cache is keyed on the topology object, so it then hits too."""
-    from fabric.network import build
-    return build(cfg, check=False)
-
-
 def kernel_params(cfg: FabricConfig, topo=None) -> dict:
     """The config's scalars in the kernel's units (ps, bytes, flits), with the flow-control sizes resolved on
     `topo` (flow_control; default: the topology cfg describes)."""
     link, phy, txn, ep = cfg.link, cfg.phy, cfg.txn, cfg.endpoint
-    fc = flow_control(cfg, _described_network(cfg) if topo is None else topo)
+    from fabric.network import shared
+    fc = flow_control(cfg, shared(cfg) if topo is None else topo)
     return dict(
         seq_bits=link.seq_bits, replay_buffer_flits=fc["replay_buffer_flits"], ack_every=link.ack_every_packets,
         ack_ps=ps(link.ack_timer_ns), replay_ps=ps(link.replay_timer_ns), replay_limit=link.replay_limit,

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from fabric import phy, sim
 from fabric.collectives import policy, select
-from fabric.collectives.library import _network
 from fabric.config import load_config, preset_names
+from fabric.network import shared
 from fabric.taskgraph import transfer_graph
 from fabric.tools.collective_probe import probe_collective, sizes
 
@@ -18,7 +18,7 @@ DOUBLING = sizes(8, 16 << 20)
 
 def _time(cfg, nbytes, n, engine="analytic", algorithm=None):
     return probe_collective(cfg, "allreduce", nbytes, algorithm=algorithm, ranks=n, engine=engine,
-                            topo=_network(cfg))["time_us"]
+                            topo=shared(cfg))["time_us"]
 
 
 def test_tiers_depend_on_group_size():
@@ -72,7 +72,7 @@ def test_allreduce_time_is_monotonic_in_size(preset):
     """Every preset's default policy (sd200 auto tiers or the nccl-like tuner), analytic engine, 8 B .. 16 MiB
     doubling, over min(64, all) ranks (sd200-1024: 0.4 s of engine set-up per run, so -m benchmark)."""
     cfg = load_config(preset)
-    n = min(_network(cfg).n_ranks, 64)
+    n = min(shared(cfg).n_ranks, 64)
     t = np.array([_time(cfg, m, n) for m in DOUBLING])
     assert (np.diff(t) >= 0).all(), [(DOUBLING[i], t[i], t[i + 1]) for i in np.flatnonzero(np.diff(t) < 0)]
 
@@ -88,7 +88,7 @@ def test_no_cliff_on_the_packet_engine():
 def test_analytic_engine_prices_incast():
     """Seven ranks store 256 KiB each into rank 0 at once: its ingress port serves them one after the other on both
     engines (the old analytic engine queued transfers at their source port only: one transfer's time)."""
-    topo = _network(SD200)
+    topo = shared(SD200)
     g = transfer_graph(np.arange(1, 8), 0, 256 << 10)
     one = transfer_graph(1, 0, 256 << 10)
     t = {e: sim.run(SD200, topo, g, engine=e).task_end_ps.max() for e in ("packet", "analytic")}
@@ -121,7 +121,7 @@ def test_analytic_queues_are_bounded_by_their_work(sends):
     """Any set of concurrent stores into rank 0: the analytic engine's makespan is at least each store's idle time
     and rank 0's ingress work (its ports' line rate), and at most all idle times in sequence (queues never idle
     while work waits)."""
-    topo = _network(SD200)
+    topo = shared(SD200)
     src = np.array([s for s, _ in sends])
     nb = np.array([b for _, b in sends], np.int64)
     end = sim.run(SD200, topo, transfer_graph(src, 0, nb), engine="analytic").task_end_ps.max()

@@ -180,18 +180,13 @@ def wire_nbytes(protocol: str, length, flag_bytes: int):
 
 # ---------------------------------------------------------------- the fabric's own latency and bandwidth
 
-@functools.lru_cache(maxsize=8)
-def _network(cfg):
-    from fabric.network import build
-    return build(cfg)
-
-
 class FabricView:
     """Zero-load per-hop latency and per-rank bandwidth of the configured fabric, for positions 0..n-1 = ranks."""
 
     def __init__(self, cfg, topo=None):
         self.cfg = cfg
-        self.topo = _network(cfg) if topo is None else topo
+        from fabric.network import shared
+        self.topo = shared(cfg) if topo is None else topo
         self._hop: dict = {}
 
     def hop_ps(self, s: int, d: int, payload: int = 64) -> int:
