@@ -159,9 +159,11 @@ cdef class Engine:
         install_routes(&self.s, self._keep, pair_ptr, path_ptr, path_ch, path_vcl, keep_path)
 
     def routes(self):
-        """The paths the engine holds (those of every route set installed, in order): path_ptr, path_ch copies."""
+        """The paths the engine holds (those of every route set installed, in order): path_ptr, path_ch, path_vcl
+        copies."""
         pp = np.asarray(self._keep["path_ptr"], np.int64).copy()
-        return pp, np.asarray(self._keep["path_hv"], np.int32)[:int(pp[pp.size - 1])] >> self.s.vcl_bits
+        hv = np.asarray(self._keep["path_hv"], np.int32)[:int(pp[pp.size - 1])]
+        return pp, hv >> self.s.vcl_bits, (hv & ((1 << self.s.vcl_bits) - 1)).astype(np.int8)
 
     def fault_totals(self):
         """Permanent-fault counters: packets reclaimed (lost on a dead channel, or stale and dropped at delivery),
