@@ -14,7 +14,7 @@ from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.lower import lower
 from fabric.network import build
-from fabric.report import collective_summary, link_summary, step_summary, task_layers
+from fabric.report import collective_summary, fault_summary, link_summary, step_summary, task_layers
 from fabric.taskgraph import COMPUTE, REDUCE
 
 
@@ -33,6 +33,10 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     graph = lower(tr, cfg)
     lower_s = time.perf_counter() - t0
     from fabric import timeline as tl
+    baseline = None
+    if cfg.faults:            # the same step without the faults first, for the TPOT they cost
+        base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=())
+        baseline = step_summary(graph, base.task_start_ps, base.task_end_ps)["step_us"]
     with tl.to_file(timeline, tr, meta=dict(trace=path, preset=preset, engine=engine)) as tl_info:
         res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False)
     start, end = res.task_start_ps, res.task_end_ps
@@ -55,11 +59,14 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         collectives=collective_summary(graph, start, end),
         links=link_summary(topo, res, step_ps),
         channel_utilisation=[round(float(u), 6) for u in res.counters["busy_ps"] / max(step_ps, 1)],  # per channel
-        packets_delivered=int(t["delivered"]), packets_dropped=int(t["carved"] - t["delivered"]),
+        packets_delivered=int(t["delivered"]),
+        packets_dropped=int(t["carved"] - t["delivered"] - res.faults.get("packets_reclaimed", 0)),
         packets_duplicated=int(t["duplicates"]), packets_out_of_order=int(t["out_of_order"]),
         e2e_holds=int(t["e2e_holds"]),
         tasks=int(graph.n_tasks), events=int(res.events), lower_s=lower_s, wall_s=res.wall_s,
     )
+    if res.faults:
+        out["faults"] = fault_summary(topo, res, step_ps, baseline, step["step_us"])
     if timeline:
         out["timeline"] = tl_info
     return out

@@ -350,7 +350,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     if schedule is not None:
         ft = eng.fault_totals()
         result.faults = dict(applied=schedule.report(), packets_reclaimed=int(ft["reclaimed"]),
-                             stale_dropped=int(ft["stale_dropped"]), flows_rewound=int(ft["flows_moved"]),
+                             stale_dropped=int(ft["stale_dropped"]), flows_moved=int(ft["flows_moved"]),
+                             flows_rewound=int(ft["flows_rewound"]),
                              packets_lost=int(totals["carved"] - totals["delivered"] - ft["reclaimed"]),
                              dead_channels=[_channel_name(topo, int(c)) for c in np.flatnonzero(eng.dead_channels())])
     if recorder is not None:

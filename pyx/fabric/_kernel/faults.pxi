@@ -9,7 +9,7 @@
 #   its flow; at the next reroute every such flow, and every flow whose route is not in the new route set, is rewound
 #   (end-to-end go-back-N): it restarts from its last byte delivered in order, on its new route. Its packets still in
 #   the fabric are stale: their numbers [x_void, fseq_expect) are voided, and they are dropped where they turn up.
-# Contract: SimC.x_void, x_lost, reclaimed, stale_dropped, flows_moved (types.pxd, the end of SimC).
+# Contract: SimC.x_void, x_lost, reclaimed, stale_dropped, flows_moved, flows_rewound (types.pxd, the end of SimC).
 
 cdef inline bint is_stale(SimC* s, PacketC* pk) noexcept nogil:
     """pk belongs to a stretch of its flow voided by a rewind (its bytes were sent again since)."""
@@ -176,6 +176,7 @@ cdef int rewind_xfer(SimC* s, int32_t x) except -1 nogil:
     if xf.queued:
         unqueue_xfer(s, x)
     if xf.fseq_next > xf.fseq_expect:
+        s.flows_rewound += 1
         if s.x_void[x] > xf.fseq_expect:
             s.x_void[x] = xf.fseq_expect
         xf.fseq_expect = xf.fseq_next

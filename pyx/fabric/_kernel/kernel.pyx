@@ -167,8 +167,10 @@ cdef class Engine:
 
     def fault_totals(self):
         """Permanent-fault counters: packets reclaimed (lost on a dead channel, or stale and dropped at delivery),
-        stale_dropped (the latter) and flows_moved (transfer rewinds)."""
-        return dict(reclaimed=self.s.reclaimed, stale_dropped=self.s.stale_dropped, flows_moved=self.s.flows_moved)
+        stale_dropped (the latter), flows_moved (transfers put on a new route set's path) and flows_rewound (those
+        of them that had packets in the fabric)."""
+        return dict(reclaimed=self.s.reclaimed, stale_dropped=self.s.stale_dropped, flows_moved=self.s.flows_moved,
+                    flows_rewound=self.s.flows_rewound)
 
     def dead_channels(self):
         """bool[n_ch]: channels dead now."""

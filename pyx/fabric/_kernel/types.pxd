@@ -393,4 +393,5 @@ cdef struct SimC:
     int8_t* x_lost                 # per transfer: a live packet of it was lost since the last reroute (rewind it)
     int64_t reclaimed              # packets taken out of the fabric: lost on a dead channel or stale at delivery
     int64_t stale_dropped          # of those, stale packets discarded at their destination
-    int64_t flows_moved            # transfers rewound onto a new route (or their old one, after a loss)
+    int64_t flows_moved            # transfers put on a new route set's path (rewind_xfer)
+    int64_t flows_rewound          # of those, transfers that had packets in the fabric (made stale, sent again)
