@@ -15,6 +15,13 @@ cdef inline bint is_stale(SimC* s, PacketC* pk) noexcept nogil:
     """pk belongs to a stretch of its flow voided by a rewind (its bytes were sent again since)."""
     return pk.fseq >= s.x_void[pk.xfer] and pk.fseq < s.xf[pk.xfer].fseq_expect
 
+cdef inline bint not_taken(SimC* s, PacketC* pk, XferC* xf) noexcept nogil:
+    """At delivery, out of its flow's order: a stale packet (voided by a rewind), or one behind a packet lost on a
+    dead channel (the flow's end-to-end receiver takes nothing past the gap; the rewind sends both again)."""
+    if pk.fseq < xf.fseq_expect:
+        return pk.fseq >= s.x_void[pk.xfer]
+    return s.x_lost[pk.xfer] != 0
+
 cdef int give_back(SimC* s, int32_t p) except -1 nogil:
     """Packet p leaves the fabric undelivered: a store's granted space returns to its source after the return
     latency (as a grant), a read request's tag at once; p goes back to the pool."""
@@ -39,7 +46,7 @@ cdef int lose_packet(SimC* s, int32_t p) except -1 nogil:
     return give_back(s, p)
 
 cdef int drop_stale(SimC* s, int32_t p) except -1 nogil:
-    """A stale packet reached its destination (on_deliver, its buffer freed): dropped, not delivered."""
+    """A packet its destination does not take (not_taken) reached it (on_deliver, its buffer freed): dropped."""
     s.stale_dropped += 1
     s.last_progress = s.now
     return give_back(s, p)
