@@ -303,7 +303,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M)."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
-    from fabric.faults import Schedule, parse_all
+    from fabric.failover import Schedule
+    from fabric.faults import parse_all
     specs = parse_all(cfg.faults if permanent is None else permanent)
     if specs and engine != "packet":
         raise ConfigError("permanent faults (--fault, [[faults]]) need the packet engine; drop --engine analytic")

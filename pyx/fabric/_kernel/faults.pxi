@@ -1,6 +1,6 @@
 # ================================================================== permanent faults: dead links, lost lanes, reroutes
 # What a link or switch that fails for good does to the fabric, and how the fabric manager's new routes take over
-# (fabric/faults.py drives it: docs/faults.md). Python calls these between slices of a run, a handful per run; the
+# (fabric/failover.py drives it: docs/faults.md). Python calls these between slices of a run, a handful per run; the
 # event path pays one compare for them (a dead output in enqueue_packet, a stale packet in on_deliver).
 # - A dead channel (ChanC.down_until = INT64_MAX) sends nothing; units and messages in flight on it are lost (its
 #   epoch moves on), the units its receiver had not accepted leave its replay ring, the packets in its VOQs and every
