@@ -493,7 +493,11 @@ class FabricConfig:
         _cross_check(self)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Sections as tables of their parameters, and `faults` (a list of specs) when there are any."""
+        out = dataclasses.asdict(self)
+        if not self.faults:
+            del out["faults"]
+        return out
 
 
 _DIMS = re.compile(r"[1-9][0-9]*([x*][1-9][0-9]*){0,2}")

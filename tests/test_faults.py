@@ -248,3 +248,47 @@ def test_random_permanent_faults_on_random_fabrics_lose_nothing_or_report_a_part
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_ten_thousand_random_permanent_fault_scenarios(case):
     run_case(case)
+
+
+# ---------------------------------------------------------------- command line
+
+def invoke(cmd, args):
+    from click.testing import CliRunner
+    r = CliRunner(mix_stderr=False).invoke(cmd, args) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames \
+        else CliRunner().invoke(cmd, args)
+    return r, ((r.stderr if hasattr(r, "stderr") and r.stderr else r.output) or "").strip()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--fault", "link:sw0-sw1:dwn@100"], "not a fault spec"),
+    (["--fault", "link:sw0-sw9:down@100"], "did you mean"),
+    (["--fault", "link:sw0-sw1#5:down@100"], "parallel link"),
+    (["--fault", "switch:sw5:down@200"], "acc40, acc41"),
+    (["--fault", "link:sw0-sw1:down@100", "--engine", "analytic"], "packet engine"),
+    (["--fault", "link:sw0-sw1:down@100", "--set", "manager.route_update_ns=2e6"], "sim.watchdog_ns"),
+])
+def test_replay_fault_errors_are_one_line_and_exit_code_2(args, needle):
+    from fabric.cli.replay import main
+    r, err = invoke(main, ["--quiet", *args])
+    assert r.exit_code == 2, r.output
+    assert needle in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_replay_reports_the_fault_in_text_and_json(tmp_path):
+    from fabric.cli.replay import main
+    out = tmp_path / "r.json"
+    r, _ = invoke(main, ["--fault", "link:sw0-sw1:down@4400", "--fault", "link:acc3-sw0#1:lanes=4@50",
+                         "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    import json
+    f = json.loads(out.read_text())["faults"]
+    assert f["packets_lost"] == 0 and f["packets_duplicated"] == 0 and f["packets_reclaimed"] > 0
+    assert f["tpot_us"] > f["tpot_no_fault_us"] and f["tpot_change_us"] == pytest.approx(
+        f["tpot_us"] - f["tpot_no_fault_us"])
+    down, lanes = f["applied"]
+    assert down["rerouted"]["at_us"] > down["detected_us"] > down["at_us"] == 4400
+    degraded = [k for k in f["links"] if k["state"] == "degraded"]
+    assert [k["channel"] for k in degraded] == ["acc3->sw0#1", "sw0->acc3#1"]
+    assert all(k["gbps"] == pytest.approx(k["gbps_nominal"] / 2) for k in degraded)
+    assert "rerouted 4460.0 us" in r.output and "0 lost, 0 duplicated" in r.output
+    assert "degraded" in r.output and "packets              995904 delivered, 0 dropped" in r.output
