@@ -170,7 +170,8 @@ def fault_summary(topo, res, step_ps: int, tpot_no_fault_us: float | None, tpot_
             links.append(dict(channel=name, fault=rec["spec"], state="down" if name in dead else
                               ("degraded" if after else "up"), gbps=after[j] if after else gbps, gbps_nominal=gbps,
                               payload_B=int(c["payload_B"][i]), utilisation=float(c["busy_ps"][i] / max(step_ps, 1))))
-    return dict(applied=f["applied"], packets_reclaimed=f["packets_reclaimed"], packets_stale_dropped=f["stale_dropped"],
+    return dict(applied=f["applied"], packets_reclaimed=f["packets_reclaimed"],
+                packets_stale_dropped=f["stale_dropped"],
                 flows_rerouted=f["flows_moved"], flows_rewound=f["flows_rewound"], packets_lost=f["packets_lost"],
                 packets_duplicated=int(res.totals["duplicates"]), links=links,
                 tpot_us=tpot_us, tpot_no_fault_us=tpot_no_fault_us,

@@ -71,8 +71,8 @@ def render_faults(f: dict) -> list[str]:
         lines.append(f"                       {text}")
     lines.append("  faulted links        channel            state        GB/s  nominal   payload MB  util %")
     for k in f["links"]:
-        lines.append(f"                       {k['channel']:18s} {k['state']:9s} {k['gbps']:8.1f} {k['gbps_nominal']:8.1f} "
-                     f"{k['payload_B'] / 1e6:12.3f} {100 * k['utilisation']:7.3f}")
+        lines.append(f"                       {k['channel']:18s} {k['state']:9s} {k['gbps']:8.1f} "
+                     f"{k['gbps_nominal']:8.1f} {k['payload_B'] / 1e6:12.3f} {100 * k['utilisation']:7.3f}")
     return lines
 
 
