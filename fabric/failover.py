@@ -19,7 +19,7 @@ class Schedule:
 
     def __init__(self, faults, topo, cfg):
         from fabric.phy import ps
-        self.topo, self.cfg = topo, cfg
+        self.topo = topo
         self.alive = np.ones(topo.n_channels, bool)
         react = ps(cfg.manager.detection_ns) + ps(cfg.manager.route_update_ns)
         if faults and react >= ps(cfg.sim.watchdog_ns):
@@ -33,7 +33,7 @@ class Schedule:
             rec = dict(spec=f.spec, channels=[topo.channel_name(c) for c in chans], at_us=f.at_us, applied=False)
             self.records.append(rec)
             if f.action == "lanes":
-                rec["gbps_before"] = [self._gbps(topo.ch_ps_per_byte[c]) for c in chans]
+                rec["gbps_before"] = [1e3 / float(topo.ch_ps_per_byte[c]) for c in chans]
                 factor = cfg.phy.lanes / f.lanes
                 rec["gbps_after"] = [g / factor for g in rec["gbps_before"]]
                 self.actions.append((at, len(self.actions), "rate", i, chans, factor))
@@ -47,11 +47,6 @@ class Schedule:
                 self.actions.append((up + react, len(self.actions), "reroute_up", i, chans, None))
         self.actions.sort()
         self._path_pair = None
-        self.routes_installed = 0
-
-    @staticmethod
-    def _gbps(ps_per_byte: float) -> float:
-        return 1e3 / float(ps_per_byte)
 
     def next_ps(self) -> int | None:
         return self.actions[0][0] if self.actions else None
@@ -94,7 +89,6 @@ class Schedule:
         new, broken = reroute(topo, alive)
         before = eng.fault_totals()["flows_moved"]
         eng.install_routes(new.pair_ptr, new.path_ptr, new.path_ch, new.path_vcl, self._keep(eng, new))
-        self.routes_installed += 1
         rec[key] = dict(at_us=t_ps / 1e6, routing=new.routing, pairs_rerouted=broken,
                         flows_moved=eng.fault_totals()["flows_moved"] - before)
 
