@@ -14,6 +14,18 @@ from fabric.faults import PartitionError, resolve
 from fabric.routing import cut_off_ranks, reroute
 
 
+def check(faults, topo, cfg) -> list[list[int]]:
+    """The channels of each fault (fabric.faults.resolve), and the manager's reaction time checked against the
+    watchdog: ConfigError before anything runs."""
+    from fabric.phy import ps
+    react = ps(cfg.manager.detection_ns) + ps(cfg.manager.route_update_ns)
+    if faults and react >= ps(cfg.sim.watchdog_ns):
+        raise ConfigError(f"manager.detection_ns + manager.route_update_ns = {react / 1e3:g} ns is not below "
+                          f"sim.watchdog_ns = {cfg.sim.watchdog_ns:g} ns: the watchdog would stop a run waiting "
+                          f"for the new routes; raise sim.watchdog_ns above it")
+    return [resolve(f, topo, cfg) for f in faults]
+
+
 class Schedule:
     """The faults of one run as timed actions on its Engine, and the record of what they did (`report`)."""
 
@@ -22,13 +34,8 @@ class Schedule:
         self.topo = topo
         self.alive = np.ones(topo.n_channels, bool)
         react = ps(cfg.manager.detection_ns) + ps(cfg.manager.route_update_ns)
-        if faults and react >= ps(cfg.sim.watchdog_ns):
-            raise ConfigError(f"manager.detection_ns + manager.route_update_ns = {react / 1e3:g} ns is not below "
-                              f"sim.watchdog_ns = {cfg.sim.watchdog_ns:g} ns: the watchdog would stop a run waiting "
-                              f"for the new routes; raise sim.watchdog_ns above it")
         self.records, self.actions = [], []
-        for i, f in enumerate(faults):
-            chans = resolve(f, topo, cfg)
+        for i, (f, chans) in enumerate(zip(faults, check(faults, topo, cfg))):
             at = ps(f.at_us * 1e3)
             rec = dict(spec=f.spec, channels=[topo.channel_name(c) for c in chans], at_us=f.at_us, applied=False)
             self.records.append(rec)

@@ -29,6 +29,10 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_ranks} "
                           f"accelerators; choose a preset with at least {tr.n_ranks} (sd200: 64, sd200-128 ... "
                           f"sd200-1024)")
+    if cfg.faults:            # their names and the manager's timing, before the (long) runs
+        from fabric.failover import check
+        from fabric.faults import parse_all
+        check(parse_all(cfg.faults), topo, cfg)
     t0 = time.perf_counter()
     graph = lower(tr, cfg)
     lower_s = time.perf_counter() - t0
