@@ -244,6 +244,7 @@ def test_random_permanent_faults_on_random_fabrics_lose_nothing_or_report_a_part
 
 
 @pytest.mark.benchmark
+@pytest.mark.timeout(7200)
 @given(fault_case())
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_ten_thousand_random_permanent_fault_scenarios(case):
