@@ -215,10 +215,11 @@ def _route_graph(topo: Topology, restrict: bool, max_candidates: int) -> None:
 
 
 def graph_paths(topo: Topology, restrict: bool, max_candidates: int, alive: np.ndarray | None = None,
-                pairs=None) -> dict[tuple[int, int], list[list[int]]]:
-    """Candidate paths (lists of channels) of every rank pair, or of `pairs` only: every shortest path (up*/down*
-    legal when `restrict`), `_select`ed down to max_candidates and rotated by (s + d). alive: bool[C], the channels
-    that may be used (default all; the fabric manager's reroute passes the surviving ones)."""
+                pairs=None, enumeration_limit: int = _ENUMERATION_LIMIT) -> dict[tuple[int, int], list[list[int]]]:
+    """Candidate paths (lists of channels) of every rank pair, or of `pairs` only: the shortest paths (up*/down*
+    legal when `restrict`; at most enumeration_limit enumerated per pair), `_select`ed down to max_candidates and
+    rotated by (s + d). alive: bool[C], the channels that may be used (default all; the fabric manager's reroute
+    passes the surviving ones)."""
     n, R = topo.n_nodes, topo.n_ranks
     orient = _orientation(topo, alive) if restrict else np.zeros(topo.n_channels, dtype=np.int8)
     fwd = topo.node_forwards
@@ -269,7 +270,7 @@ def graph_paths(topo: Topology, restrict: bool, max_candidates: int, alive: np.n
                                    f"{topo.node_names[s]} to {topo.node_names[d]}")
             found: list[list[int]] = []
             stack = [(s, 0, [])]
-            while stack and len(found) < _ENUMERATION_LIMIT:
+            while stack and len(found) < enumeration_limit:
                 u, pu, acc = stack.pop()
                 if u == d:
                     found.append(acc)
@@ -450,6 +451,11 @@ def path_dead(topo: Topology, alive: np.ndarray) -> np.ndarray:
     return dead[topo.path_ptr[1:]] > dead[topo.path_ptr[:-1]]
 
 
+REROUTE_ENUMERATION = 64    # shortest paths enumerated per pair when rerouting mid-run (not 4096 as at build time):
+                            # a 256-rank sd200 rerouted up*/down* in ~15 s instead of ~200 s; the spread over ports
+                            # and links comes from _select among them
+
+
 def reroute(topo: Topology, alive: np.ndarray, max_candidates: int = 16) -> tuple[Topology, int]:
     """The fabric manager's routes around failed channels (alive: bool[C]), as a copy of topo, and how many rank
     pairs lost every candidate. Pairs with a surviving candidate keep those; the others get every shortest path
@@ -465,7 +471,7 @@ def reroute(topo: Topology, alive: np.ndarray, max_candidates: int = 16) -> tupl
     base = topo.routing or "routes"
     attempts = [(f"{base} + shortest", False, broken), (f"{base} + updown", True, broken), ("updown", True, None)]
     for how, restrict, which in (attempts if broken else [(base, False, [])]):
-        new = graph_paths(topo, restrict, max_candidates, alive, which) if which != [] else {}
+        new = graph_paths(topo, restrict, max_candidates, alive, which, REROUTE_ENUMERATION) if which != [] else {}
         kept = keep if which is not None else keep[:0]
         flat = [(s * R + d, p) for (s, d), found in new.items() for p in found]
         n_ptr = np.zeros(len(flat) + 1, dtype=np.int64)
