@@ -507,6 +507,21 @@ class ReportConfig(_Section):
                                     "tens of MB; sampling only reads counters and never changes a result")
 
 
+@dataclass(frozen=True)
+class ManagerConfig(_Section):
+    """The fabric manager's reaction to a part that fails for good (--fault, [[faults]]; docs/faults.md)."""
+    detection_ns: float = param(10000.0, unit="ns", lo=0, hi=1e12,
+                                help="from a link or switch failing to the fabric manager knowing it (the link "
+                                     "partner's loss of lock and DL_Down, reported to the manager)",
+                                reason="not published [E]: a PHY notices loss of signal in microseconds and the "
+                                       "port's DL_Down/Surprise-Down report reaches the manager by interrupt; 10 us")
+    route_update_ns: float = param(50000.0, unit="ns", lo=0, hi=1e12,
+                                   help="from detection to the new routes being in every source's and switch's "
+                                        "tables (recomputed around the failed parts and written to the fabric)",
+                                   reason="not published [E]: a route computation over a few hundred nodes plus "
+                                          "table writes to every switch over its management interface; 50 us")
+
+
 SECTIONS = {
     "phy": PhyConfig,
     "link": LinkConfig,
@@ -517,6 +532,7 @@ SECTIONS = {
     "collectives": CollectivesConfig,
     "sim": SimConfig,
     "report": ReportConfig,
+    "manager": ManagerConfig,
 }
 
 
@@ -532,14 +548,22 @@ class FabricConfig:
     collectives: CollectivesConfig = field(default_factory=CollectivesConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    manager: ManagerConfig = field(default_factory=ManagerConfig)
+    faults: tuple = ()       # permanent-fault specs (fabric.faults: [[faults]] spec = "..." tables, --fault)
 
     def __post_init__(self):
         for name in SECTIONS:
             getattr(self, name).validate(name)
+        from fabric.faults import parse_all
+        parse_all(self.faults)
         _cross_check(self)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Sections as tables of their parameters, and `faults` (a list of specs) when there are any."""
+        out = dataclasses.asdict(self)
+        if not self.faults:
+            del out["faults"]
+        return out
 
 
 _DIMS = re.compile(r"[1-9][0-9]*([x*][1-9][0-9]*){0,2}")
@@ -685,6 +709,9 @@ def _coerce(key: str, f, value: Any):
 
 def _apply(base: FabricConfig, updates: dict[str, Any]) -> FabricConfig:
     per_section: dict[str, dict] = {}
+    updates = dict(updates)
+    if "faults" in updates:
+        base = dataclasses.replace(base, faults=tuple(updates.pop("faults")))
     for key, value in updates.items():
         f = _field(key)
         section = key.partition(".")[0]
@@ -702,6 +729,12 @@ def _flatten_toml(data: dict, source: str) -> dict[str, Any]:
     flat = {}
     for section, values in data.items():
         if section == "preset":  # descriptive metadata of a preset file
+            continue
+        if section == "faults":  # [[faults]] tables, each spec = "link:sw0-sw1:down@100" (fabric.faults)
+            if not (isinstance(values, list) and all(isinstance(v, dict) and set(v) == {"spec"} for v in values)):
+                raise ConfigError(f"{source}: faults must be [[faults]] tables holding one key, "
+                                  f"spec = \"link:sw0-sw1:down@100\"")
+            flat["faults"] = tuple(str(v["spec"]) for v in values)
             continue
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: top-level key {section!r} must be a [section] table")

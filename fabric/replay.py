@@ -14,7 +14,8 @@ from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.lower import lower
 from fabric.network import shared
-from fabric.report import collective_summary, link_summary, step_summary, task_layers, translation_summary
+from fabric.report import collective_summary, fault_summary, link_summary, step_summary, task_layers, \
+    translation_summary
 from fabric.taskgraph import COMPUTE, REDUCE
 
 
@@ -29,10 +30,18 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_ranks} "
                           f"accelerators; choose a preset with at least {tr.n_ranks} (sd200: 64, sd200-128 ... "
                           f"sd200-1024)")
+    if cfg.faults:            # their names and the manager's timing, before the (long) runs
+        from fabric.failover import check
+        from fabric.faults import parse_all
+        check(parse_all(cfg.faults), topo, cfg)
     t0 = time.perf_counter()
     graph = lower(tr, cfg)
     lower_s = time.perf_counter() - t0
     from fabric import timeline as tl
+    baseline = None
+    if cfg.faults:            # the same step without the faults first, for the TPOT they cost
+        base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=())
+        baseline = step_summary(graph, base.task_start_ps, base.task_end_ps)["step_us"]
     with tl.to_file(timeline, tr, meta=dict(trace=path, preset=preset, engine=engine)) as tl_info:
         res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False)
     start, end = res.task_start_ps, res.task_end_ps
@@ -55,11 +64,14 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         collectives=collective_summary(graph, start, end),
         links=link_summary(topo, res, step_ps),
         channel_utilisation=[round(float(u), 6) for u in res.counters["busy_ps"] / max(step_ps, 1)],  # per channel
-        packets_delivered=int(t["delivered"]), packets_dropped=int(t["carved"] - t["delivered"]),
+        packets_delivered=int(t["delivered"]),
+        packets_dropped=int(t["carved"] - t["delivered"] - res.faults.get("packets_reclaimed", 0)),
         packets_duplicated=int(t["duplicates"]), packets_out_of_order=int(t["out_of_order"]),
         e2e_holds=int(t["e2e_holds"]), translation=translation_summary(res.translation),
         tasks=int(graph.n_tasks), events=int(res.events), lower_s=lower_s, wall_s=res.wall_s,
     )
+    if res.faults:
+        out["faults"] = fault_summary(topo, res, step_ps, baseline, step["step_us"])
     if timeline:
         out["timeline"] = tl_info
     return out

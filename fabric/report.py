@@ -162,3 +162,28 @@ def translation_summary(counts: dict) -> dict:
                                               "cross_domain_bytes", "unsupported_requests")}
     out["miss_rate"] = out["cache_misses"] / n if n else 0.0
     return out
+
+
+def fault_summary(topo, res, step_ps: int, tpot_no_fault_us: float | None, tpot_us: float) -> dict:
+    """What the permanent faults of a run did (fabric.faults): each fault with its detection and reroute times,
+    the packets they cost (reclaimed and sent again end to end; lost must be 0), the TPOT with and without them,
+    and the faulted links' table: state, data rate now, bytes carried and utilisation."""
+    f = res.faults
+    c = res.counters
+    names = {topo.channel_name(i): i for i in range(topo.n_channels)}
+    dead = set(f["dead_channels"])
+    links = []
+    for rec in f["applied"]:
+        after = rec.get("gbps_after")
+        for j, name in enumerate(rec["channels"]):
+            i = names[name]
+            gbps = 1e3 / float(topo.ch_ps_per_byte[i])
+            links.append(dict(channel=name, fault=rec["spec"], state="down" if name in dead else
+                              ("degraded" if after else "up"), gbps=after[j] if after else gbps, gbps_nominal=gbps,
+                              payload_B=int(c["payload_B"][i]), utilisation=float(c["busy_ps"][i] / max(step_ps, 1))))
+    return dict(applied=f["applied"], packets_reclaimed=f["packets_reclaimed"],
+                packets_stale_dropped=f["stale_dropped"],
+                flows_rerouted=f["flows_moved"], flows_rewound=f["flows_rewound"], packets_lost=f["packets_lost"],
+                packets_duplicated=int(res.totals["duplicates"]), links=links,
+                tpot_us=tpot_us, tpot_no_fault_us=tpot_no_fault_us,
+                tpot_change_us=None if tpot_no_fault_us is None else tpot_us - tpot_no_fault_us)

@@ -119,10 +119,13 @@ def _attach_ports(topo: Topology, N: int) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------- general graphs: up*/down* or plain shortest
 
-def _orientation(topo: Topology) -> np.ndarray:
-    """int8[C]: +1 up, -1 down, 0 unrestricted (touches a non-forwarding endpoint). Roots: highest degree."""
+def _orientation(topo: Topology, alive: np.ndarray | None = None) -> np.ndarray:
+    """int8[C]: +1 up, -1 down, 0 unrestricted (touches a non-forwarding endpoint). Roots: highest degree. alive:
+    the channels that still work (default all); the BFS levels are taken over them."""
     fwd = topo.node_forwards
     inner = fwd[topo.ch_src] & fwd[topo.ch_dst]
+    if alive is not None:
+        inner = inner & alive
     n = topo.n_nodes
     adj: list[list[int]] = [[] for _ in range(n)]
     for c in np.nonzero(inner)[0]:
@@ -190,76 +193,11 @@ def _select(found: list, k: int) -> list:
 
 
 def _route_graph(topo: Topology, restrict: bool, max_candidates: int) -> None:
-    n, R = topo.n_nodes, topo.n_ranks
-    orient = _orientation(topo) if restrict else np.zeros(topo.n_channels, dtype=np.int8)
-    fwd = topo.node_forwards
-    into: list[list[int]] = [[] for _ in range(n)]
-    out: list[list[int]] = [[] for _ in range(n)]
-    for c in range(topo.n_channels):
-        into[topo.ch_dst[c]].append(c)
-        out[topo.ch_src[c]].append(c)
-    src_l, dst_l = topo.ch_src.tolist(), topo.ch_dst.tolist()
-    orient_l = orient.tolist()
-
-    def step(phase: int, c: int) -> int:
-        """Phase after taking channel c in `phase` (0 may still climb, 1 descending), -1 if illegal."""
-        o = orient_l[c]
-        if o == 0:
-            return phase
-        if o > 0:
-            return 0 if phase == 0 else -1
-        return 1
-
+    R = topo.n_ranks
+    by_pair = graph_paths(topo, restrict, max_candidates)
     counts = np.zeros(R * R, dtype=np.int64)
-    paths: list[list[int]] = []
-    for d in range(R):
-        # reverse BFS over states (node, phase): dist[phase][node] = hops to d
-        dist = [[-1] * n, [-1] * n]
-        dist[0][d] = dist[1][d] = 0
-        q = deque([(d, 0), (d, 1)])
-        while q:
-            v, pv = q.popleft()
-            for c in into[v]:
-                u = src_l[c]
-                for pu in (0, 1):
-                    if step(pu, c) == pv and dist[pu][u] < 0:
-                        dist[pu][u] = dist[pv][v] + 1
-                        if fwd[u]:          # non-forwarding nodes may start a path but never carry one
-                            q.append((u, pu))
-        for s in range(R):
-            if s == d:
-                continue
-            if dist[0][s] < 0:
-                raise RoutingError(f"{topo.name}: no {'legal ' if restrict else ''}route from "
-                                   f"{topo.node_names[s]} to {topo.node_names[d]}")
-            found: list[list[int]] = []
-            stack = [(s, 0, [])]
-            while stack and len(found) < _ENUMERATION_LIMIT:
-                u, pu, acc = stack.pop()
-                if u == d:
-                    found.append(acc)
-                    continue
-                want = dist[pu][u] - 1
-                nxt = []
-                for c in out[u]:
-                    v = dst_l[c]
-                    pv = step(pu, c)
-                    if pv >= 0 and dist[pv][v] == want and (v == d or fwd[v]):
-                        nxt.append((v, pv, acc + [c]))
-                stack.extend(reversed(nxt))   # depth first, lowest channel id first
-            found = _select(found, max_candidates)
-            rot = (s + d) % len(found)
-            found = found[rot:] + found[:rot]
-            counts[s * R + d] = len(found)
-            paths.extend(found)
-    # paths were produced destination-major; reorder to pair order s*R + d
-    order_pairs = [(s, d) for d in range(R) for s in range(R) if s != d]
-    by_pair: dict[tuple[int, int], list[list[int]]] = {}
-    i = 0
-    for s, d in order_pairs:
-        k = int(counts[s * R + d])
-        by_pair[(s, d)] = paths[i:i + k]
-        i += k
+    for (s, d), found in by_pair.items():
+        counts[s * R + d] = len(found)
     pair_ptr = np.zeros(R * R + 1, dtype=np.int64)
     np.cumsum(counts, out=pair_ptr[1:])
     flat: list[int] = []
@@ -274,6 +212,81 @@ def _route_graph(topo: Topology, restrict: bool, max_candidates: int) -> None:
     topo.pair_ptr, topo.path_ptr = pair_ptr, path_ptr
     topo.path_ch = np.array(flat, dtype=np.int32)
     topo.path_vcl = np.zeros(len(flat), dtype=np.int8)
+
+
+def graph_paths(topo: Topology, restrict: bool, max_candidates: int, alive: np.ndarray | None = None,
+                pairs=None, enumeration_limit: int = _ENUMERATION_LIMIT) -> dict[tuple[int, int], list[list[int]]]:
+    """Candidate paths (lists of channels) of every rank pair, or of `pairs` only: the shortest paths (up*/down*
+    legal when `restrict`; at most enumeration_limit enumerated per pair), `_select`ed down to max_candidates and
+    rotated by (s + d). alive: bool[C], the channels that may be used (default all; the fabric manager's reroute
+    passes the surviving ones)."""
+    n, R = topo.n_nodes, topo.n_ranks
+    orient = _orientation(topo, alive) if restrict else np.zeros(topo.n_channels, dtype=np.int8)
+    fwd = topo.node_forwards
+    into: list[list[int]] = [[] for _ in range(n)]
+    out: list[list[int]] = [[] for _ in range(n)]
+    for c in range(topo.n_channels):
+        if alive is not None and not alive[c]:
+            continue
+        into[topo.ch_dst[c]].append(c)
+        out[topo.ch_src[c]].append(c)
+    src_l, dst_l = topo.ch_src.tolist(), topo.ch_dst.tolist()
+    orient_l = orient.tolist()
+
+    def step(phase: int, c: int) -> int:
+        """Phase after taking channel c in `phase` (0 may still climb, 1 descending), -1 if illegal."""
+        o = orient_l[c]
+        if o == 0:
+            return phase
+        if o > 0:
+            return 0 if phase == 0 else -1
+        return 1
+
+    wanted: dict[int, list[int]] | None = None
+    if pairs is not None:
+        wanted = {}
+        for s, d in sorted(pairs):
+            wanted.setdefault(d, []).append(s)
+    by_pair: dict[tuple[int, int], list[list[int]]] = {}
+    for d in (range(R) if wanted is None else sorted(wanted)):
+        # reverse BFS over states (node, phase): dist[phase][node] = hops to d
+        dist = [[-1] * n, [-1] * n]
+        dist[0][d] = dist[1][d] = 0
+        q = deque([(d, 0), (d, 1)])
+        while q:
+            v, pv = q.popleft()
+            for c in into[v]:
+                u = src_l[c]
+                for pu in (0, 1):
+                    if step(pu, c) == pv and dist[pu][u] < 0:
+                        dist[pu][u] = dist[pv][v] + 1
+                        if fwd[u]:          # non-forwarding nodes may start a path but never carry one
+                            q.append((u, pu))
+        for s in (range(R) if wanted is None else wanted[d]):
+            if s == d:
+                continue
+            if dist[0][s] < 0:
+                raise RoutingError(f"{topo.name}: no {'legal ' if restrict else ''}route from "
+                                   f"{topo.node_names[s]} to {topo.node_names[d]}")
+            found: list[list[int]] = []
+            stack = [(s, 0, [])]
+            while stack and len(found) < enumeration_limit:
+                u, pu, acc = stack.pop()
+                if u == d:
+                    found.append(acc)
+                    continue
+                want = dist[pu][u] - 1
+                nxt = []
+                for c in out[u]:
+                    v = dst_l[c]
+                    pv = step(pu, c)
+                    if pv >= 0 and dist[pv][v] == want and (v == d or fwd[v]):
+                        nxt.append((v, pv, acc + [c]))
+                stack.extend(reversed(nxt))   # depth first, lowest channel id first
+            found = _select(found, max_candidates)
+            rot = (s + d) % len(found)
+            by_pair[(s, d)] = found[rot:] + found[:rot]
+    return by_pair
 
 
 # ---------------------------------------------------------------- deadlock freedom
@@ -377,3 +390,103 @@ def switch_tables(topo: Topology) -> dict[int, dict[int, tuple[int, ...]]]:
         if len(grp_n):
             tables.setdefault(int(grp_n[0]), {})[int(grp_d[0])] = tuple(int(x) for x in grp_c)
     return tables
+
+
+# ---------------------------------------------------------------- the fabric manager's reaction to failed parts
+
+def cut_off_ranks(topo: Topology, alive: np.ndarray) -> list[int]:
+    """Ranks that cannot reach every other rank over the channels in `alive` (a link counts while both its
+    directions work; only forwarding nodes carry a path): those outside the largest reachable group, else every
+    rank that misses some peer. [] when the fabric is whole."""
+    R, fwd = topo.n_ranks, topo.node_forwards
+    parent = list(range(topo.n_nodes))
+
+    def find(u: int) -> int:
+        while parent[u] != u:
+            parent[u] = parent[parent[u]]
+            u = parent[u]
+        return u
+
+    both = alive & alive[topo.ch_rev]
+    src, dst = topo.ch_src.tolist(), topo.ch_dst.tolist()
+    for c in np.flatnonzero(both & fwd[topo.ch_src] & fwd[topo.ch_dst]).tolist():
+        parent[find(src[c])] = find(dst[c])
+    comps: list[set] = [{find(r)} if fwd[r] else set() for r in range(R)]
+    for c in np.flatnonzero(both).tolist():
+        u, v = src[c], dst[c]
+        if u < R and not fwd[u]:
+            comps[u].add(find(v) if fwd[v] else ("link", min(u, v), max(u, v)))
+    members: dict = {}
+    for r in range(R):
+        for k in comps[r]:
+            members.setdefault(k, set()).add(r)
+    reach = [set().union(*(members[k] for k in comps[r])) | {r} for r in range(R)]
+    best = max(range(R), key=lambda r: (len(reach[r]), -r))
+    cut = sorted(set(range(R)) - reach[best])
+    return cut or [r for r in range(R) if len(reach[r]) < R]
+
+
+def _with_paths(topo: Topology, pair_of: np.ndarray, start: np.ndarray, end: np.ndarray, hop_ch: np.ndarray,
+                hop_vcl: np.ndarray, how: str) -> Topology:
+    """A shallow copy of topo routed by the paths (pair_of[i], hops hop_ch/hop_vcl[start[i]:end[i]]), grouped by
+    pair in a stable order."""
+    import copy
+    R = topo.n_ranks
+    order = np.argsort(pair_of, kind="stable")
+    lens = (end - start)[order]
+    path_ptr = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lens, out=path_ptr[1:])
+    hop = np.repeat(start[order] - path_ptr[:-1], lens) + np.arange(int(path_ptr[-1]), dtype=np.int64)
+    out = copy.copy(topo)
+    out.pair_ptr = np.zeros(R * R + 1, dtype=np.int64)
+    np.cumsum(np.bincount(pair_of, minlength=R * R), out=out.pair_ptr[1:])
+    out.path_ptr, out.path_ch, out.path_vcl = path_ptr, hop_ch[hop].astype(np.int32), hop_vcl[hop].astype(np.int8)
+    out.routing = how
+    return out
+
+
+def path_dead(topo: Topology, alive: np.ndarray) -> np.ndarray:
+    """bool[paths]: the path crosses a channel not in `alive`."""
+    dead = np.concatenate([[0], np.cumsum(~alive[topo.path_ch])])
+    return dead[topo.path_ptr[1:]] > dead[topo.path_ptr[:-1]]
+
+
+REROUTE_ENUMERATION = 64    # shortest paths enumerated per pair when rerouting mid-run (not 4096 as at build time):
+                            # a 256-rank sd200 rerouted up*/down* in ~15 s instead of ~200 s; the spread over ports
+                            # and links comes from _select among them
+
+
+def reroute(topo: Topology, alive: np.ndarray, max_candidates: int = 16) -> tuple[Topology, int]:
+    """The fabric manager's routes around failed channels (alive: bool[C]), as a copy of topo, and how many rank
+    pairs lost every candidate. Pairs with a surviving candidate keep those; the others get every shortest path
+    over the surviving channels, or up*/down* paths where those close a cycle in the channel-dependency graph of
+    the whole set; if that too is cyclic, every pair is routed up*/down* over the surviving channels. The set
+    returned is proven deadlock-free (check_deadlock_free). The caller checks cut_off_ranks first."""
+    R, H = topo.n_ranks, len(topo.path_ch)
+    pair_of = np.repeat(np.arange(R * R, dtype=np.int64), np.diff(topo.pair_ptr))
+    dead = path_dead(topo, alive)
+    surviving = np.bincount(pair_of[~dead], minlength=R * R)
+    broken = [divmod(int(i), R) for i in np.flatnonzero((np.diff(topo.pair_ptr) > 0) & (surviving == 0))]
+    keep = np.flatnonzero(~dead)
+    base = topo.routing or "routes"
+    attempts = [(f"{base} + shortest", False, broken), (f"{base} + updown", True, broken), ("updown", True, None)]
+    for how, restrict, which in (attempts if broken else [(base, False, [])]):
+        new = graph_paths(topo, restrict, max_candidates, alive, which, REROUTE_ENUMERATION) if which != [] else {}
+        kept = keep if which is not None else keep[:0]
+        flat = [(s * R + d, p) for (s, d), found in new.items() for p in found]
+        n_ptr = np.zeros(len(flat) + 1, dtype=np.int64)
+        np.cumsum([len(p) for _, p in flat], out=n_ptr[1:])
+        cand = _with_paths(
+            topo, np.concatenate([pair_of[kept], np.array([k for k, _ in flat], dtype=np.int64)]),
+            np.concatenate([topo.path_ptr[:-1][kept], n_ptr[:-1] + H]),
+            np.concatenate([topo.path_ptr[1:][kept], n_ptr[1:] + H]),
+            np.concatenate([topo.path_ch, np.array([c for _, p in flat for c in p], dtype=np.int32)]),
+            np.concatenate([topo.path_vcl, np.zeros(int(n_ptr[-1]), np.int8)]), how)
+        try:
+            check_deadlock_free(cand)
+        except RoutingError:
+            if which is None:
+                raise
+            continue
+        return cand, len(broken)
+    raise AssertionError("not reached: the last attempt raises or returns")

@@ -278,6 +278,7 @@ class RunResult:
     transfers: dict
     stuck: list = field(default_factory=list)
     translation: dict = field(default_factory=dict)   # Engine.translations(): ingress address translation counts
+    faults: dict = field(default_factory=dict)   # permanent faults: what each did, and the packets they cost
 
     @property
     def packets_sent(self) -> int:
@@ -311,12 +312,19 @@ _recorder: list | None = None   # fabric.timeline.recording(): runs append their
 
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
-        slice_events: int = 2_000_000, raise_on_stuck: bool = True, transfers: bool = True) -> RunResult:
-    """Execute a task graph on the fabric. faults: (kind name, channel, n, k) tuples (see FAULTS); progress:
-    called after every slice of `slice_events` events with (events, now_ps, fraction of tasks done);
-    transfers=False leaves RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M)."""
+        slice_events: int = 2_000_000, raise_on_stuck: bool = True, transfers: bool = True,
+        permanent=None) -> RunResult:
+    """Execute a task graph on the fabric. faults: transient (kind name, channel, n, k) tuples (see FAULTS);
+    permanent: fault specs (fabric.faults; default cfg.faults, () for none); progress: called after every slice of
+    `slice_events` events with (events, now_ps, fraction of tasks done); transfers=False leaves
+    RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M)."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
+    from fabric.failover import Schedule
+    from fabric.faults import parse_all
+    specs = parse_all(cfg.faults if permanent is None else permanent)
+    if specs and engine != "packet":
+        raise ConfigError("permanent faults (--fault, [[faults]]) need the packet engine; drop --engine analytic")
     topo_arrays = as_arrays(topo)
     need = 2 * int(topo_arrays["vc_levels"])
     if cfg.link.vcs < need:
@@ -328,6 +336,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     check_size(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays)
     eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate)
+    schedule = Schedule(specs, topo, cfg) if specs else None
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
     recorder = _recorder
@@ -335,7 +344,16 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
         eng.enable_sampling(max(1, int(round(cfg.report.sample_ns * 1000))))
     t0 = time.perf_counter()
     while True:
-        outcome = eng.run(max_events=slice_events)
+        due = schedule.next_ps() if schedule else None
+        if due is None:
+            outcome = eng.run(max_events=slice_events)
+        else:                 # stop at the next fault action and apply it there (fabric.faults)
+            outcome = eng.run(max_events=slice_events, until_ps=due)
+            # due now: the run stopped before it, or ran dry with work waiting for it (a dead link's reroute)
+            if eng.next_event_ps > due and (outcome == kernel.PAUSED or
+                                            (outcome == kernel.DONE and eng.totals()["tasks_left"] > 0)):
+                schedule.apply_due(eng, due)
+                outcome = kernel.PAUSED
         if progress is not None:
             progress(eng.events, eng.now_ps, 1.0 - eng.totals()["tasks_left"] / max(n_tasks, 1))
         if outcome != kernel.PAUSED:
@@ -349,6 +367,13 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                        task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
                        transfers=eng.transfers() if transfers else {},
                        stuck=eng.stuck_report() if outcome == kernel.STUCK else [], translation=eng.translations())
+    if schedule is not None:
+        ft = eng.fault_totals()
+        result.faults = dict(applied=schedule.report(), packets_reclaimed=int(ft["reclaimed"]),
+                             stale_dropped=int(ft["stale_dropped"]), flows_moved=int(ft["flows_moved"]),
+                             flows_rewound=int(ft["flows_rewound"]),
+                             packets_lost=int(totals["carved"] - totals["delivered"] - ft["reclaimed"]),
+                             dead_channels=[_channel_name(topo, int(c)) for c in np.flatnonzero(eng.dead_channels())])
     if recorder is not None:
         interval_ps, samples = eng.samples()
         recorder.append(dict(cfg=cfg, topo=topo, graph=graph, result=result, sample_ps=interval_ps,

@@ -116,3 +116,29 @@ def fabric_case(draw):
                draw(st.integers(0, topo.n_channels - 1)), draw(st.integers(1, 30)), draw(st.integers(1, 4)))
               for _ in range(draw(st.integers(0, 3)))]
     return cfg, topo, graph, faults
+
+
+@st.composite
+def permanent_faults(draw, topo, max_faults=3, horizon_us=6.0):
+    """Random permanent faults on topo, as fabric.faults specs: links down, flapping or losing lanes (all of a
+    node pair's parallel links, or one), switches down, at random times in [0, horizon_us]."""
+    links = sorted({(min(int(u), int(v)), max(int(u), int(v))) for u, v in zip(topo.ch_src, topo.ch_dst)})
+    switches = [n for n in range(topo.n_nodes) if topo.node_kind[n] == 1]
+    name = topo.node_names
+    specs = []
+    for _ in range(draw(st.integers(1, max_faults))):
+        t = round(draw(st.floats(0.0, horizon_us)), 3)
+        if switches and draw(st.integers(0, 4)) == 0:
+            specs.append(f"switch:{name[draw(st.sampled_from(switches))]}:down@{t}")
+            continue
+        u, v = draw(st.sampled_from(links))
+        lanes = int(((topo.ch_src == u) & (topo.ch_dst == v)).sum())
+        where = f"{name[u]}-{name[v]}" + (f"#{draw(st.integers(0, lanes - 1))}" if draw(st.booleans()) else "")
+        action = draw(st.sampled_from(["down", "flap", "lanes"]))
+        if action == "flap":
+            specs.append(f"link:{where}:flap@{t}-{round(t + draw(st.floats(0.01, horizon_us)), 3)}")
+        elif action == "lanes":
+            specs.append(f"link:{where}:lanes={draw(st.sampled_from([1, 2, 4]))}@{t}")
+        else:
+            specs.append(f"link:{where}:down@{t}")
+    return tuple(specs)

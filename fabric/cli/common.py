@@ -10,7 +10,7 @@ import time
 
 import click
 
-from fabric.config import FabricConfig, load_config, parse_set
+from fabric.config import FabricConfig, load_config, parse_set, with_overrides
 from fabric.errors import FabricError
 
 ENGINES = ("packet", "analytic")   # fabric.sim.ENGINES, repeated so that no command loads the kernel to parse
@@ -116,13 +116,22 @@ def config_options(preset: str | None = "sd200"):
     return decorate
 
 
-def load(preset, config_file, sets, seed, overrides: dict | None = None) -> FabricConfig:
+def load(preset, config_file, sets, seed, overrides: dict | None = None, faults=()) -> FabricConfig:
     """The config the options of `config_options` describe; `overrides` (a command's own options) apply after
-    --set, and --seed last."""
+    --set, and --seed last; `faults` (--fault specs) join the config's [[faults]]."""
     merged = {**parse_set(sets), **(overrides or {})}
     if seed is not None:
         merged["sim.seed"] = seed
-    return load_config(preset=preset, config_file=config_file, overrides=merged)
+    cfg = load_config(preset=preset, config_file=config_file, overrides=merged)
+    return with_overrides(cfg, {"faults": cfg.faults + tuple(faults)}) if faults else cfg
+
+
+def fault_option():
+    """--fault SPEC (repeatable): a permanent fault at run time (fabric.faults, docs/faults.md)."""
+    return click.option("--fault", "faults", multiple=True, metavar="SPEC",
+                        help="a link or switch that fails mid-run (repeatable): link:A-B[#k]:down@T, "
+                             "link:A-B:lanes=N@T, link:A-B:flap@T1-T2, switch:S:down@T; T in us, node names as "
+                             "fabric-probe topology --nodes prints them")
 
 
 def json_option(help: str = "write the results as JSON"):

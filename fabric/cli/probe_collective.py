@@ -9,6 +9,7 @@ from fabric.cli.common import (
     check_writable,
     config_options,
     engine_option,
+    fault_option,
     friendly,
     json_option,
     count_bar,
@@ -43,9 +44,10 @@ TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64
 @config_options()
 @json_option("write the rows as JSON")
 @timeline_option()
+@fault_option()
 @friendly
 def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, quiet, ranks, jobs, engine, preset,
-                   config_file, sets, seed, json_path, timeline_path):
+                   config_file, sets, seed, json_path, timeline_path, faults):
     """Time one collective (all ranks start at t = 0; time = until the last rank's output is ready).
 
     Prints nccl-tests columns (size, count, type, redop, time, algbw, busbw) and the library's algorithm, protocol
@@ -63,7 +65,7 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
     if measured is not None and measured.op and measured.op != op:
         raise ConfigError(f"--compare file {compare_path} is a {measured.op} table but --op is {op}")
     byte_sizes = probe_sizes(nbytes, min_bytes, max_bytes, measured)
-    cfg = load(preset, config_file, sets, seed)
+    cfg = load(preset, config_file, sets, seed, faults=faults)
     if timeline_path:
         jobs = 1              # the runs are recorded in this process; the timeline is the last size's
     with timeline.to_file(timeline_path, meta=dict(probe="collective", op=op, preset=preset)) as tl, \
@@ -72,11 +74,17 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
     library = getattr(cfg.collectives, "library", None) or cfg.collectives.policy
     click.echo(f"{op} on {preset}, {rows[0]['ranks']} ranks, {engine} engine, library {library}")
     click.echo(table(rows, dtype))
+    for r in rows:
+        if r.get("faults"):
+            f = r["faults"]
+            click.echo(f"faults at {r['bytes']} B: {', '.join(f['applied']) or 'none within the collective'}; "
+                       f"{f['reroutes']} reroute(s), {f['flows_rewound']} flows rewound, {f['packets_reclaimed']} "
+                       f"packets sent again, {f['packets_lost']} lost, {f['packets_duplicated']} duplicated")
     echo_timeline(tl)
     meta = {**provenance(cfg, preset, config_file, sets, seed), "op": op, "engine": engine, "library": library,
             "ranks": rows[0]["ranks"]}
     out = [{k: r.get(k) for k in ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
-                                  "channels")} for r in rows]
+                                  "channels") + (("faults",) if cfg.faults else ())} for r in rows]
     if measured is not None:
         cmp = compare(rows, measured)
         if measured.ranks and measured.ranks != rows[0]["ranks"]:

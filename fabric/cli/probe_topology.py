@@ -18,8 +18,9 @@ from fabric.cli.common import (
 @click.command("topology", cls=Command)
 @config_options(preset=None)
 @json_option("also write the figures here")
+@click.option("--nodes", is_flag=True, help="also list every node and the links it has (the names --fault takes)")
 @friendly
-def topology_cmd(preset, config_file, sets, seed, json_path):
+def topology_cmd(preset, config_file, sets, seed, json_path, nodes):
     """Nodes, links, diameter (hops between ranks), average hops and bisection bandwidth of a fabric.
 
     Hops count channels on the routed path between two ranks (accelerator -> switch -> ... -> accelerator).
@@ -43,4 +44,11 @@ def topology_cmd(preset, config_file, sets, seed, json_path):
     click.echo(f"  diameter         {m['diameter']} hops")
     click.echo(f"  average hops     {m['average_hops']:.3f}")
     click.echo(f"  bisection        {m['bisection_GBps']:.1f} GB/s per direction ({m['bisection_cut']})")
+    if nodes:
+        from collections import Counter
+        kinds = ("accelerator", "switch", "NIC")
+        for n, name in enumerate(topo.node_names):
+            peers = Counter(topo.node_names[v] for v in topo.ch_dst[topo.ch_src == n])
+            links = ", ".join(f"{name}-{p}" + (f" (x{k}: #0..#{k - 1})" if k > 1 else "") for p, k in peers.items())
+            click.echo(f"  {name:10s} {kinds[int(topo.node_kind[n])]:12s} {links}")
     write_json(json_path, m, provenance(cfg, preset, config_file, sets, seed))

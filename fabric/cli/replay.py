@@ -8,6 +8,7 @@ from fabric.cli.common import (
     check_writable,
     config_options,
     engine_option,
+    fault_option,
     friendly,
     json_option,
     load,
@@ -45,7 +46,38 @@ def render(r: dict) -> str:
         f"{r['packets_duplicated']} duplicated",
         f"  events               {r['events']} in {r['wall_s']:.2f} s wall (+{r['lower_s']:.2f} s lowering)",
     ]
+    if r.get("faults"):
+        lines += render_faults(r["faults"])
     return "\n".join(lines)
+
+
+def render_faults(f: dict) -> list[str]:
+    """The fault section of a report (fabric.report.fault_summary)."""
+    lines = [f"  faults               TPOT {f['tpot_us']:.1f} us with, {f['tpot_no_fault_us']:.1f} us without "
+             f"({f['tpot_change_us']:+.1f} us)",
+             f"                       {f['flows_rerouted']} flows rerouted, {f['flows_rewound']} of them rewound "
+             f"with {f['packets_reclaimed']} packets reclaimed and sent again end to end; {f['packets_lost']} lost, "
+             f"{f['packets_duplicated']} duplicated"]
+    for a in f["applied"]:
+        if not a["applied"]:
+            lines.append(f"                       {a['spec']}: after the step ended, not applied")
+            continue
+        text = f"{a['spec']}: at {a['at_us']:.1f} us"
+        if "detected_us" in a:
+            text += f", detected {a['detected_us']:.1f} us"
+        for key, label in (("rerouted", "rerouted"), ("rerouted_back", "routes restored")):
+            if key in a:
+                r = a[key]
+                text += (f", {label} {r['at_us']:.1f} us ({r['routing']}, {r['pairs_rerouted']} pairs without a "
+                         f"path, {r['flows_moved']} flows rerouted)")
+        if "up_us" in a:
+            text += f", up {a['up_us']:.1f} us"
+        lines.append(f"                       {text}")
+    lines.append("  faulted links        channel            state        GB/s  nominal   payload MB  util %")
+    for k in f["links"]:
+        lines.append(f"                       {k['channel']:18s} {k['state']:9s} {k['gbps']:8.1f} "
+                     f"{k['gbps_nominal']:8.1f} {k['payload_B'] / 1e6:12.3f} {100 * k['utilisation']:7.3f}")
+    return lines
 
 
 @click.command(cls=Command, help="Replay an HDF5 op trace of one decode step on a fabric and report time per output "
@@ -56,12 +88,13 @@ def render(r: dict) -> str:
 @json_option("write the report as JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar, print only the TPOT line")
 @timeline_option()
+@fault_option()
 @friendly
-def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path):
+def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path, faults):
     check_writable(json_path)
     check_writable(timeline_path, "--timeline")
     from fabric.replay import replay
-    cfg = load(preset, config_file, sets, seed)
+    cfg = load(preset, config_file, sets, seed, faults=faults)
     with progress_bar(not quiet) as progress:
         r = replay(trace, cfg, engine=engine, preset=preset, progress=progress, timeline=timeline_path)
     if quiet:

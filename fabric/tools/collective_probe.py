@@ -90,9 +90,16 @@ def probe_collective(cfg: FabricConfig, op: str, nbytes: int, *, algorithm: str 
     algbw = nbytes / (t_ps / 1e3) if t_ps > 0 else 0.0     # B/ns == GB/s
     protocol = getattr(choice, "protocol", "") or getattr(frag, "protocol", "") or None
     channels = getattr(choice, "channels", 0) or getattr(frag, "channels", 0) or None
-    return dict(op=op, bytes=int(nbytes), ranks=n, algorithm=algo, protocol=protocol, channels=channels,
-                engine=engine, time_us=time_us, algbw_gbps=algbw, busbw_gbps=algbw * bus_factor(op, n),
-                events=int(res.events), wall_s=res.wall_s)
+    out = dict(op=op, bytes=int(nbytes), ranks=n, algorithm=algo, protocol=protocol, channels=channels,
+               engine=engine, time_us=time_us, algbw_gbps=algbw, busbw_gbps=algbw * bus_factor(op, n),
+               events=int(res.events), wall_s=res.wall_s)
+    if res.faults:            # permanent faults (--fault): what they cost this size (fabric.faults)
+        f = res.faults
+        out["faults"] = dict(applied=[a["spec"] for a in f["applied"] if a["applied"]],
+                             reroutes=sum(("rerouted" in a) + ("rerouted_back" in a) for a in f["applied"]),
+                             flows_rewound=f["flows_rewound"], packets_reclaimed=f["packets_reclaimed"],
+                             packets_lost=f["packets_lost"], packets_duplicated=int(res.totals["duplicates"]))
+    return out
 
 
 _SWEEP_TOPO: dict = {}      # the running sweep's topology: forked workers inherit it instead of rebuilding it

@@ -113,7 +113,7 @@ def collective(results: list[tuple[str, dict | list]], out: str, measured: str |
 def config_from_meta(meta: dict):
     """The FabricConfig a result's meta.config describes."""
     from fabric.config import load_config
-    flat = {f"{s}.{k}": v for s, kv in meta["config"].items() for k, v in kv.items()}
+    flat = {f"{s}.{k}": v for s, kv in meta["config"].items() if isinstance(kv, dict) for k, v in kv.items()}
     return load_config(overrides=flat)
 
 

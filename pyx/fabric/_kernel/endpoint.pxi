@@ -149,6 +149,8 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
     cdef int32_t done
     cdef int64_t i
     free_buffer(s, e.ch, pk.vc, pk.flits)
+    if pk.fseq != xf.fseq_expect and s.x_void != NULL and not_taken(s, pk, xf):
+        return drop_stale(s, p)            # stale, or past a gap a dead channel made (faults.pxi)
     if xf.d_kind != 1:             # data: the bytes land in the memory of the node the packet actually reached
         xf.csum += content_sum(s.c[e.ch].ch_dst, xf.d_src, pk.offset_B, pk.payload_B)
     if pk.fseq == xf.fseq_expect:

@@ -38,6 +38,7 @@ include "executor.pxi"   # task graph, analytic engine
 include "sample.pxi"     # link counter sampling into a bounded ring, for timelines
 include "loop.pxi"       # the event loop (c_run) and its look-ahead prefetches
 include "setup.pxi"      # Engine's set-up steps: dicts of numpy arrays -> SimC
+include "faults.pxi"     # permanent faults: dead channels, lost lanes, route changes and flow rewinds
 include "manager.pxi"    # fabric manager's route tables (dimension order), for fabric/routing.py
 include "report.pxi"     # the critical path of a finished run, for fabric/report.py
 include "graph.pxi"      # task-graph construction (CSR of the edges), for fabric/taskgraph.py
@@ -70,6 +71,8 @@ cdef class Engine:
         free(self.s.c)
         free(self.s.hop)
         free(self.s.samp)
+        free(self.s.x_void)
+        free(self.s.x_lost)
 
     def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
                  int64_t lane_min_heap=64, bint skip_settled=True, int32_t replay_ring_slots=16,
@@ -122,6 +125,65 @@ cdef class Engine:
             c_run(s, max_events, until_ps, &outcome)
         return outcome
 
+    # ---- permanent faults (faults.pxi; fabric/faults.py drives them between slices of a run)
+    @property
+    def next_event_ps(self):
+        """Time of the earliest pending event (INT64_MAX: none)."""
+        src = q_first(&self.s.heap)
+        return INT64_MAX if src == -2 else q_peek(&self.s.heap, src).time
+
+    def advance(self, int64_t t_ps):
+        """Move the clock to t_ps, where a fault or reroute applies: every event up to it must have run."""
+        if not self._started:
+            raise RuntimeError("advance() after the first run()")
+        if self.next_event_ps <= t_ps:
+            raise RuntimeError(f"events before {t_ps} ps are pending; run(until_ps=...) first")
+        if t_ps > self.s.now:
+            self.s.now = t_ps
+
+    def kill_channel(self, int32_t ch):
+        """Channel ch (one direction) dies now; see faults.pxi."""
+        self._check_ch(ch)
+        kill_channel(&self.s, ch)
+
+    def revive_channel(self, int32_t ch):
+        """Dead channel ch comes back now (resynchronised)."""
+        self._check_ch(ch)
+        revive_channel(&self.s, ch)
+
+    def set_channel_rate(self, int32_t ch, double ps_per_byte):
+        """ch serialises at ps_per_byte (raw wire byte, as the topology's ch_ps_per_byte) from now on."""
+        self._check_ch(ch)
+        if not ps_per_byte > 0:
+            raise ValueError("ps_per_byte must be > 0")
+        set_channel_rate(&self.s, ch, ps_per_byte)
+
+    def install_routes(self, pair_ptr, path_ptr, path_ch, path_vcl, keep_path):
+        """A new route set from the fabric manager; transfers whose path is not kept are rewound onto it."""
+        install_routes(&self.s, self._keep, pair_ptr, path_ptr, path_ch, path_vcl, keep_path)
+
+    def routes(self):
+        """The paths the engine holds (those of every route set installed, in order): path_ptr, path_ch, path_vcl
+        copies."""
+        pp = np.asarray(self._keep["path_ptr"], np.int64).copy()
+        hv = np.asarray(self._keep["path_hv"], np.int32)[:int(pp[pp.size - 1])]
+        return pp, hv >> self.s.vcl_bits, (hv & ((1 << self.s.vcl_bits) - 1)).astype(np.int8)
+
+    def fault_totals(self):
+        """Permanent-fault counters: packets reclaimed (lost on a dead channel, or stale and dropped at delivery),
+        stale_dropped (the latter), flows_moved (transfers put on a new route set's path) and flows_rewound (those
+        of them that had packets in the fabric)."""
+        return dict(reclaimed=self.s.reclaimed, stale_dropped=self.s.stale_dropped, flows_moved=self.s.flows_moved,
+                    flows_rewound=self.s.flows_rewound)
+
+    def dead_channels(self):
+        """bool[n_ch]: channels dead now."""
+        return np.array([self.s.c[i].down_until == INT64_MAX for i in range(self.s.n_ch)], bool)
+
+    def _check_ch(self, int32_t ch):
+        if not 0 <= ch < self.s.n_ch:
+            raise ValueError(f"channel {ch} does not exist (0..{self.s.n_ch - 1})")
+
     def enable_sampling(self, int64_t sample_ps, int64_t max_bytes=64 << 20):
         """Sample every channel's busy time, queue length, credit stall and replays every sample_ps into a ring of
         at most max_bytes (sample.pxi: full, it drops every other row and doubles the interval). Before run()."""
@@ -132,6 +194,8 @@ cdef class Engine:
         cdef int64_t row = max(<int64_t>self.s.n_ch, 1) * SAMPLE_COLS * sizeof(int64_t)
         cdef int64_t cap = max(2, min(max_bytes // row, 1 << 20)) & ~1
         free(self.s.samp)
+        free(self.s.x_void)
+        free(self.s.x_lost)
         self.s.samp = <int64_t*>malloc(cap * row)
         if self.s.samp == NULL:
             raise MemoryError()

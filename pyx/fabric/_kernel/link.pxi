@@ -129,6 +129,8 @@ cdef int arm_replay_timer(SimC* s, int32_t ch) except -1 nogil:
 cdef int retrain(SimC* s, int32_t ch) except -1 nogil:
     """Both directions of the link go down; units and messages in flight are lost; replay resumes after."""
     cdef int32_t c, k
+    if s.c[ch].down_until == INT64_MAX:    # a dead link (faults.pxi) does not come back by retraining
+        return 0
     s.k[ch].retrains += 1
     for k in range(2):
         c = ch if k == 0 else s.c[ch].ch_rev
@@ -346,6 +348,8 @@ cdef int on_refresh(SimC* s, int32_t ch) except -1 nogil:
     """Periodic UpdateFC; skipped (and not re-armed) when it could not change the sender's view."""
     cdef int vc
     s.c[ch].refresh_armed = 0
+    if s.c[ch].down_until == INT64_MAX:    # no UpdateFC crosses a dead link; its revival resynchronises the credits
+        return 0
     for vc in range(s.nvc):
         if s.cvs[cv(s, ch, vc)].cr_limit < s.cvs[cv(s, ch, vc)].freed + s.pool_flits:
             send_update(s, ch, vc)

@@ -155,6 +155,8 @@ cdef int enqueue_packet(SimC* s, int32_t p) except -1 nogil:
     cdef int32_t vc = hv_vc(s, hv, pk.cls)
     cdef int32_t idx = vc * s.n_slots[s.c[out].ch_src] + s.c[pk.in_ch].ch_slot
     cdef int64_t qi = s.c[out].q_base + idx
+    if s.c[out].down_until == INT64_MAX:      # a dead output (faults.pxi) takes nothing: the packet is lost here
+        return lose_packet(s, p)
     pk.hop_at = s.hop[pk.hop_at].next
     pk.next = -1
     if s.q[qi].tail >= 0:

@@ -173,7 +173,7 @@ cdef struct ReplayC:
 # Python are a separate record (CntC), per-(channel, VC) credit state a third (CvC).
 cdef struct ChanC:
     # -- line 1: transmitter, replay buffer, and all that a control message sent over this channel reads
-    ps_t down_until            # link down (retrain) until then
+    ps_t down_until            # link down (retrain) until then; INT64_MAX: dead (faults.pxi)
     ps_t wake_at               # time of its pending EV_WAKE (-1: none)
     ps_t rt_deadline           # replay timer: expiry while armed (re-arming moves it, pushes nothing)
     double p_flit              # probability that one flit is corrupted (control messages draw against it)
@@ -429,3 +429,11 @@ cdef struct SimC:
     int64_t xl_shadow              # translated transfers forwarded through a shadow window to another host domain
     int64_t xl_cross_B             # their bytes
     int64_t xl_ur                  # transfers completed as Unsupported Request (address in no window)
+    # ---- permanent faults (faults.pxi): NULL / 0 until Engine.kill_channel is first called
+    int32_t* x_void                # per transfer: first packet number voided by its last rewind (-1: none); packets
+                                   # numbered from it up to fseq_expect are stale (discarded where they are found)
+    int8_t* x_lost                 # per transfer: a live packet of it was lost since the last reroute (rewind it)
+    int64_t reclaimed              # packets taken out of the fabric: lost on a dead channel or stale at delivery
+    int64_t stale_dropped          # of those, stale packets discarded at their destination
+    int64_t flows_moved            # transfers put on a new route set's path (rewind_xfer)
+    int64_t flows_rewound          # of those, transfers that had packets in the fabric (made stale, sent again)
