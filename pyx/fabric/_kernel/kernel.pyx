@@ -39,7 +39,7 @@ include "sample.pxi"     # link counter sampling into a bounded ring, for timeli
 include "loop.pxi"       # the event loop (c_run) and its look-ahead prefetches
 include "setup.pxi"      # Engine's set-up steps: dicts of numpy arrays -> SimC
 include "manager.pxi"    # fabric manager's route tables (dimension order), for fabric/routing.py
-include "report.pxi"     # the critical path of a finished run, for fabric/report.py
+include "report.pxi"     # after a run: the critical path (fabric/report.py), what a stuck run waits for
 
 
 # ================================================================== Python-facing owner of the state
@@ -240,8 +240,11 @@ cdef class Engine:
         out["csum"] = csum
         return out
 
-    def stuck_report(self, int limit=10):
-        """What is waiting where: channels holding unacknowledged units or queued packets."""
+    def stuck_report(self):
+        """What a run that stopped with work pending waits for (docs/kernel.md, "A stuck run"): "channels", one row per
+        channel holding unacknowledged units or queued packets (credits per VC, link down); "queues", one row per
+        non-empty queue with its head (WAIT_COLS arrays: what the head needs, what holds it); "cycle", the rows of
+        "queues" that form a cycle of credit waits, in order ([] if none: not a credit deadlock)."""
         rows = []
         cdef int32_t ch
         for ch in range(self.s.n_ch):
@@ -250,8 +253,8 @@ cdef class Engine:
                                  credits=[self.s.cvs[cv(&self.s, ch, v)].cr_limit - self.s.cvs[cv(&self.s, ch, v)].cr_used
                                           for v in range(self.s.nvc)],
                                  down=self.s.c[ch].down_until > self.s.now))
-        return rows[:limit]
-
+        heads = waiting_heads(&self.s)
+        return dict(channels=rows, queues=heads, cycle=credit_wait_cycle(heads, self.s.nvc))
 
 SAMPLE_NAMES = ("busy_ps", "queue_len", "credit_stall_ps", "replays")
 COUNTERS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "corrupted", "flits_corrupted", "naks", "acks", "replays",
