@@ -19,6 +19,7 @@ cnp.import_array()
 KERNEL_VERSION = "0.1.0"
 
 DONE, PAUSED, STUCK = R_DONE, R_PAUSED, R_STUCK
+DAMAGED_BIT = PK_DAMAGED_BIT   # bit of a packet's offset that a corrupted unit let in sets (its checksum changes)
 
 # fault kinds
 FAULT_CORRUPT_FLIT = 0   # corrupt flits n .. n+k-1 sent on a channel
