@@ -39,8 +39,10 @@ _SEED = None
 _STDERR_FD = None              # the terminal's stderr, kept before pytest captures fd 2 (hang dumps go there)
 
 
-class TestTimeout(Exception):
-    """A test ran past its time limit (tests/conftest.py)."""
+class TestTimeout(BaseException):
+    """A test ran past its time limit (tests/conftest.py). Not an Exception: hypothesis would take one for a failing
+    example and go on shrinking (rerunning the slow example, with no alarm left) until the hang guard ends the
+    process; a BaseException ends the test at once, as KeyboardInterrupt would."""
     __test__ = False
 
 

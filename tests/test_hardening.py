@@ -300,22 +300,24 @@ def _harness_run(tmp_path, body: str, **env):
 
 
 def test_harness_time_limit_memory_cap_and_seed(tmp_path):
-    """A hanging test fails with TestTimeout, a runaway allocation with MemoryError, and the session prints the
-    hypothesis seed it was given."""
+    """A hanging test, a hypothesis one included, fails with TestTimeout, a runaway allocation with MemoryError, and
+    the session prints the hypothesis seed it was given."""
     t0 = time.perf_counter()
     rc, out = _harness_run(tmp_path, "import time\n"
                                      "import numpy as np\n"
                                      "from hypothesis import given, strategies as st\n"
                                      "def test_hangs():\n    time.sleep(30)\n"
                                      "def test_eats_memory():\n    np.ones(1 << 33)\n"
-                                     "@given(st.integers())\ndef test_prop(x):\n    pass\n",
+                                     "@given(st.integers())\ndef test_prop(x):\n    pass\n"
+                                     "@given(st.integers())\ndef test_prop_hangs(x):\n    time.sleep(30)\n",
                            FABRIC_TEST_TIMEOUT="1", FABRIC_TEST_MEM_MB="4096", FABRIC_TEST_SEED="12345")
-    assert time.perf_counter() - t0 < 60
+    assert time.perf_counter() - t0 < 30       # a hanging hypothesis test too fails at its limit, not shrinking on
     assert rc == 1, out
-    assert "TestTimeout" in out and "ran past its 1 s limit" in out, out
+    assert "TestTimeout" in out and "test_hangs ran past its 1 s limit" in out, out
+    assert "test_prop_hangs ran past its 1 s limit" in out and "stuck past" not in out, out
     assert "MemoryError" in out, out
     assert "FABRIC_TEST_SEED=12345" in out, out
-    assert "2 failed, 1 passed" in out, out
+    assert "3 failed, 1 passed" in out, out
 
 
 def test_harness_ends_a_hang_inside_c_with_its_stack(tmp_path):
