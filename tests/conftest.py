@@ -120,7 +120,8 @@ def pytest_runtest_call(item):
 
     out = _STDERR_FD if _STDERR_FD is not None else sys.stderr.fileno()
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, limit)
+    signal.setitimer(signal.ITIMER_REAL, limit, 1.0)    # and every second after: code that runs on past the first
+                                                        # TestTimeout (a state machine's teardown) is stopped too
     notice = threading.Timer(limit + HANG_GRACE_S - 1, stuck)
     notice.daemon = True
     notice.start()
