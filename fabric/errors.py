@@ -18,4 +18,9 @@ class RoutingError(FabricError):
 
 
 class SimulationError(FabricError):
-    """The kernel stopped abnormally: the watchdog saw no progress, or an invariant broke."""
+    """The kernel stopped abnormally: the watchdog saw no progress, or an invariant broke. `stuck`: what a stuck
+    run waits for (fabric.stuck.report; {} if not that), for a command's --json."""
+
+    def __init__(self, message: str, stuck: dict | None = None):
+        super().__init__(message)
+        self.stuck = stuck or {}

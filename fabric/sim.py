@@ -17,6 +17,7 @@ from fabric._check_build import kernel
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError, SimulationError
 from fabric.phy import burst_params, ps
+from fabric.stuck import report as stuck_report, text as stuck_text
 
 ENGINES = ("packet", "analytic")
 FAULTS = {"corrupt_flit": kernel.FAULT_CORRUPT_FLIT, "lose_ack": kernel.FAULT_LOSE_ACK,
@@ -276,7 +277,7 @@ class RunResult:
     task_end_ps: np.ndarray
     link_state: dict
     transfers: dict
-    stuck: list = field(default_factory=list)
+    stuck: dict = field(default_factory=dict)   # a stuck run: what it waits for (fabric.stuck.report)
     translation: dict = field(default_factory=dict)   # Engine.translations(): ingress address translation counts
     faults: dict = field(default_factory=dict)   # permanent faults: what each did, and the packets they cost
 
@@ -361,12 +362,14 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     wall = time.perf_counter() - t0
     totals = eng.totals()
     start, end = eng.task_times()
-    result = RunResult(engine=engine, outcome="done" if outcome == kernel.DONE else "stuck", now_ps=eng.now_ps,
+    stuck = outcome == kernel.STUCK or totals["tasks_left"] > 0    # the watchdog fired, or the events ran out first
+    result = RunResult(engine=engine, outcome="stuck" if stuck else "done", now_ps=eng.now_ps,
                        events=eng.events, wall_s=wall, totals=totals,
                        counters={k: v.copy() for k, v in eng.counters().items()},
                        task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
                        transfers=eng.transfers() if transfers else {},
-                       stuck=eng.stuck_report() if outcome == kernel.STUCK else [], translation=eng.translations())
+                       stuck=stuck_report(eng.stuck_report(), topo) if stuck else {},
+                       translation=eng.translations())
     if schedule is not None:
         ft = eng.fault_totals()
         result.faults = dict(applied=schedule.report(), packets_reclaimed=int(ft["reclaimed"]),
@@ -378,10 +381,9 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
         interval_ps, samples = eng.samples()
         recorder.append(dict(cfg=cfg, topo=topo, graph=graph, result=result, sample_ps=interval_ps,
                              samples=samples))
-    if raise_on_stuck and (outcome == kernel.STUCK or totals["tasks_left"] > 0):
-        name = topo.channel_name if hasattr(topo, "channel_name") else (lambda c: f"channel {c}")
-        where = "; ".join(f"{name(r['channel'])}: {r['unacked']} unacked, {r['queued']} queued, credits "
-                          f"{r['credits']}{' (link down)' if r['down'] else ''}" for r in result.stuck) or "no queue"
-        raise SimulationError(f"no progress for {cfg.sim.watchdog_ns:g} ns at t={eng.now_ps / 1e3:.1f} ns with "
-                              f"{totals['tasks_left']} tasks and {totals['packets_live']} packets pending: {where}")
+    if raise_on_stuck and stuck:
+        why = f"no progress for {cfg.sim.watchdog_ns:g} ns" if outcome == kernel.STUCK else "no event left"
+        raise SimulationError(f"{why} at t={eng.now_ps / 1e3:.1f} ns with "
+                              f"{totals['tasks_left']} tasks and {totals['packets_live']} packets pending: "
+                              + stuck_text(result.stuck), stuck=result.stuck)
     return result

@@ -5,8 +5,11 @@ fails a test instead of hanging or swapping CI.
   rerun with `FABRIC_TEST_SEED=N` (or hypothesis' own `--hypothesis-seed=N`) to replay the same examples.
 - Time: each test gets FABRIC_TEST_TIMEOUT seconds (default 120; `@pytest.mark.timeout(s)` per test; benchmark
   tests 1800; 0 = off). SIGALRM fails the test with a TestTimeout (the kernel runs in slices of a few 0.1 s and
-  returns to Python between them); if even that cannot interrupt it (a hang inside C), faulthandler dumps every
-  thread's stack and ends the process 30 s later, so CI fails with the stack instead of hanging.
+  returns to Python between them); if even that cannot interrupt it (a hang inside C), 30 s later
+  (FABRIC_TEST_HANG_GRACE) a line names the
+  test and the seed and faulthandler dumps every thread's stack, both to the terminal's stderr (fd 2 as it was
+  before pytest captured it: a dump into the capture would die with the process), and ends the process, so CI
+  fails with the stack instead of hanging.
 - Memory: the process's address space is capped at FABRIC_TEST_MEM_MB (default 8 GiB + 256 MiB per core, at most
   3/4 of the machine, at least 4 GiB; 0 = off): an allocation beyond it raises MemoryError in the test that made it.
 """
@@ -15,6 +18,7 @@ import os
 import random
 import signal
 import sys
+import threading
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -29,11 +33,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 DEFAULT_TIMEOUT_S = 120.0
 BENCHMARK_TIMEOUT_S = 1800.0
+# past the limit, a test stuck in C (SIGALRM cannot interrupt it) ends the process this much later
+HANG_GRACE_S = float(os.environ.get("FABRIC_TEST_HANG_GRACE", 30.0))
 _SEED = None
+_STDERR_FD = None              # the terminal's stderr, kept before pytest captures fd 2 (hang dumps go there)
 
 
-class TestTimeout(Exception):
-    """A test ran past its time limit (tests/conftest.py)."""
+class TestTimeout(BaseException):
+    """A test ran past its time limit (tests/conftest.py). Not an Exception: hypothesis would take one for a failing
+    example and go on shrinking (rerunning the slow example, with no alarm left) until the hang guard ends the
+    process; a BaseException ends the test at once, as KeyboardInterrupt would."""
     __test__ = False
 
 
@@ -45,7 +54,8 @@ def _machine_mb() -> int:
 
 
 def pytest_configure(config):
-    global _SEED
+    global _SEED, _STDERR_FD
+    _STDERR_FD = os.dup(2)          # captured around each test: a dump written to fd 2 then dies with the process
     config.addinivalue_line("markers", "timeout(seconds): this test's time limit (tests/conftest.py)")
     from hypothesis import core
     forced = config.getoption("hypothesis_seed", None)
@@ -95,8 +105,7 @@ def _limit(item) -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     limit = _limit(item)
-    usable = limit > 0 and hasattr(signal, "setitimer") and \
-        __import__("threading").current_thread() is __import__("threading").main_thread()
+    usable = limit > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable:
         yield
         return
@@ -105,12 +114,22 @@ def pytest_runtest_call(item):
         raise TestTimeout(f"{item.nodeid} ran past its {limit:g} s limit (FABRIC_TEST_TIMEOUT, "
                           f"@pytest.mark.timeout); hypothesis seed {_SEED}")
 
+    def stuck():                    # a thread: runs while the kernel's loop is stuck without the GIL
+        os.write(out, f"\n{item.nodeid} is stuck past its {limit:g} s limit where SIGALRM cannot interrupt it; "
+                      f"hypothesis seed {_SEED}; every thread's stack follows, then the process ends\n".encode())
+
+    out = _STDERR_FD if _STDERR_FD is not None else sys.stderr.fileno()
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    faulthandler.dump_traceback_later(limit + 30, exit=True)
+    signal.setitimer(signal.ITIMER_REAL, limit, 1.0)    # and every second after: code that runs on past the first
+                                                        # TestTimeout (a state machine's teardown) is stopped too
+    notice = threading.Timer(limit + HANG_GRACE_S - 1, stuck)
+    notice.daemon = True
+    notice.start()
+    faulthandler.dump_traceback_later(limit + HANG_GRACE_S, exit=True, file=out)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        notice.cancel()
         faulthandler.cancel_dump_traceback_later()
         signal.signal(signal.SIGALRM, previous)

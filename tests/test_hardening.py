@@ -284,33 +284,65 @@ def test_graph_that_could_overflow_the_clock_is_refused():
 
 # ---------------------------------------------------------------- the test harness itself (tests/conftest.py)
 
-def test_harness_time_limit_memory_cap_and_seed(tmp_path):
-    """A hanging test fails with TestTimeout, a runaway allocation with MemoryError, and the session prints the
-    hypothesis seed it was given."""
+def _harness_run(tmp_path, body: str, **env):
+    """Run a test file under a copy of tests/conftest.py in a fresh pytest; (returncode, stdout + stderr)."""
     import os
     import shutil
     import subprocess
     import sys
     from pathlib import Path
-    here = Path(__file__).resolve().parent
-    shutil.copy(here / "conftest.py", tmp_path / "conftest.py")
-    shutil.copy(here / "strategies.py", tmp_path / "strategies.py")
-    (tmp_path / "test_harness_probe.py").write_text(
-        "import time\n"
-        "import numpy as np\n"
-        "from hypothesis import given, strategies as st\n"
-        "def test_hangs():\n    time.sleep(30)\n"
-        "def test_eats_memory():\n    np.ones(1 << 33)\n"
-        "@given(st.integers())\ndef test_prop(x):\n    pass\n")
-    env = dict(os.environ, FABRIC_TEST_TIMEOUT="1", FABRIC_TEST_MEM_MB="4096", FABRIC_TEST_SEED="12345")
-    t0 = time.perf_counter()
+    shutil.copy(Path(__file__).resolve().parent / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_harness_probe.py").write_text(body)
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
                         "-c", os.devnull, str(tmp_path)],
-                       capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
-    out = p.stdout + p.stderr
-    assert time.perf_counter() - t0 < 60
-    assert p.returncode == 1, out
-    assert "TestTimeout" in out and "ran past its 1 s limit" in out, out
+                       capture_output=True, text=True, timeout=60, env=dict(os.environ, **env), cwd=tmp_path)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_harness_time_limit_memory_cap_and_seed(tmp_path):
+    """A hanging test, a hypothesis one included, fails with TestTimeout, a runaway allocation with MemoryError, and
+    the session prints the hypothesis seed it was given."""
+    t0 = time.perf_counter()
+    rc, out = _harness_run(tmp_path, "import time\n"
+                                     "import numpy as np\n"
+                                     "from hypothesis import given, strategies as st\n"
+                                     "def test_hangs():\n    time.sleep(30)\n"
+                                     "def test_eats_memory():\n    np.ones(1 << 33)\n"
+                                     "@given(st.integers())\ndef test_prop(x):\n    pass\n"
+                                     "@given(st.integers())\ndef test_prop_hangs(x):\n    time.sleep(30)\n",
+                           FABRIC_TEST_TIMEOUT="1", FABRIC_TEST_MEM_MB="4096", FABRIC_TEST_SEED="12345")
+    assert time.perf_counter() - t0 < 30       # a hanging hypothesis test too fails at its limit, not shrinking on
+    assert rc == 1, out
+    assert "TestTimeout" in out and "test_hangs ran past its 1 s limit" in out, out
+    assert "test_prop_hangs ran past its 1 s limit" in out and "stuck past" not in out, out
     assert "MemoryError" in out, out
     assert "FABRIC_TEST_SEED=12345" in out, out
-    assert "2 failed, 1 passed" in out, out
+    assert "3 failed, 1 passed" in out, out
+
+
+def test_harness_ends_a_hang_inside_c_with_its_stack(tmp_path):
+    """A test that SIGALRM cannot interrupt (here it blocks the signal, as a loop in C holds it off) ends the
+    process after the grace time, with the test's name, the seed and its stack on the terminal's stderr."""
+    t0 = time.perf_counter()
+    rc, out = _harness_run(tmp_path, "import signal, time\n"
+                                     "def test_stuck_in_c():\n"
+                                     "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+                                     "    time.sleep(30)\n",
+                           FABRIC_TEST_TIMEOUT="1", FABRIC_TEST_HANG_GRACE="2", FABRIC_TEST_SEED="777")
+    assert time.perf_counter() - t0 < 20 and rc != 0, out
+    assert "test_stuck_in_c is stuck past its 1 s limit" in out and "hypothesis seed 777" in out, out
+    assert 'test_harness_probe.py", line 4 in test_stuck_in_c' in out, out
+
+
+def test_harness_seed_replays_the_same_examples(tmp_path):
+    """The printed seed is enough to draw the same examples again (FABRIC_TEST_SEED)."""
+    body = ("from hypothesis import given, strategies as st\n"
+            "@given(st.integers())\ndef test_prop(x):\n"
+            f"    open({str(tmp_path / 'drawn.txt')!r}, 'a').write(f'{{x}}\\n')\n")
+    runs = []
+    for seed in ("4242", "4242", "4243"):
+        (tmp_path / "drawn.txt").write_text("")
+        rc, out = _harness_run(tmp_path, body, FABRIC_TEST_SEED=seed)
+        assert rc == 0, out
+        runs.append((tmp_path / "drawn.txt").read_text())
+    assert runs[0] == runs[1] and runs[0] != runs[2] and runs[0].count("\n") >= 10

@@ -5,6 +5,7 @@ KERNEL_VERSION: str
 DONE: int
 PAUSED: int
 STUCK: int
+DAMAGED_BIT: int
 FAULT_CORRUPT_FLIT: int
 FAULT_LOSE_ACK: int
 FAULT_LOSE_CREDIT: int
@@ -31,7 +32,7 @@ class Engine:
     def task_times(self) -> tuple[np.ndarray, np.ndarray]: ...
     def link_state(self) -> dict: ...
     def transfers(self) -> dict[str, np.ndarray]: ...
-    def stuck_report(self, limit: int = ...) -> list[dict]: ...
+    def stuck_report(self) -> dict: ...
 
 
 # manager.pxi: the fabric manager's dimension-order tables (fabric/routing.py)
@@ -46,3 +47,10 @@ def critical_path_walk(succ_ptr: np.ndarray, succ_idx: np.ndarray, start: np.nda
                        compute: int) -> tuple[int, int, int]: ...
 # graph.pxi: the edges of a task graph as a CSR (fabric/taskgraph.py)
 def csr_by_source(pred: np.ndarray, succ: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+# report.pxi: what a stuck run waits for (Engine.stuck_report)
+WAIT_COLS: tuple[str, ...]
+HOLD_NONE: int
+HOLD_PIPELINE: int
+HOLD_TAG: int
+HOLD_GRANT: int
+def credit_wait_cycle(heads: dict[str, np.ndarray], nvc: int) -> list[int]: ...

@@ -31,13 +31,16 @@ if sys.platform.startswith("linux"):
 
 
 def friendly(fn):
-    """Turn the package's own errors (and bad files) into one line on stderr and exit code 2."""
+    """Turn the package's own errors (and bad files) into one line on stderr and exit code 2 (a stuck run: its
+    report, a block of lines, also written to the command's --json file if it has one)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except FabricError as exc:
             click.echo(f"error: {exc}", err=True)
+            if getattr(exc, "stuck", None) and kwargs.get("json_path"):   # a stuck run: what it waits for, as JSON
+                write_json(kwargs["json_path"], dict(error=str(exc), stuck=exc.stuck), version_meta())
             sys.exit(2)
         except BrokenPipeError:            # output piped into `head` and closed: not an error of ours
             import os

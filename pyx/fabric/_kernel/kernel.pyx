@@ -19,6 +19,7 @@ cnp.import_array()
 KERNEL_VERSION = "0.1.0"
 
 DONE, PAUSED, STUCK = R_DONE, R_PAUSED, R_STUCK
+DAMAGED_BIT = PK_DAMAGED_BIT   # bit of a packet's offset that a corrupted unit let in sets (its checksum changes)
 
 # fault kinds
 FAULT_CORRUPT_FLIT = 0   # corrupt flits n .. n+k-1 sent on a channel
@@ -40,7 +41,7 @@ include "loop.pxi"       # the event loop (c_run) and its look-ahead prefetches
 include "setup.pxi"      # Engine's set-up steps: dicts of numpy arrays -> SimC
 include "faults.pxi"     # permanent faults: dead channels, lost lanes, route changes and flow rewinds
 include "manager.pxi"    # fabric manager's route tables (dimension order), for fabric/routing.py
-include "report.pxi"     # the critical path of a finished run, for fabric/report.py
+include "report.pxi"     # after a run: the critical path (fabric/report.py), what a stuck run waits for
 include "graph.pxi"      # task-graph construction (CSR of the edges), for fabric/taskgraph.py
 
 
@@ -315,8 +316,11 @@ cdef class Engine:
         out["csum"] = csum
         return out
 
-    def stuck_report(self, int limit=10):
-        """What is waiting where: channels holding unacknowledged units or queued packets."""
+    def stuck_report(self):
+        """What a run that stopped with work pending waits for (docs/kernel.md, "A stuck run"): "channels", one row per
+        channel holding unacknowledged units or queued packets (credits per VC, link down); "queues", one row per
+        non-empty queue with its head (WAIT_COLS arrays: what the head needs, what holds it); "cycle", the rows of
+        "queues" that form a cycle of credit waits, in order ([] if none: not a credit deadlock)."""
         rows = []
         cdef int32_t ch
         for ch in range(self.s.n_ch):
@@ -325,8 +329,8 @@ cdef class Engine:
                                  credits=[self.s.cvs[cv(&self.s, ch, v)].cr_limit - self.s.cvs[cv(&self.s, ch, v)].cr_used
                                           for v in range(self.s.nvc)],
                                  down=self.s.c[ch].down_until > self.s.now))
-        return rows[:limit]
-
+        heads = waiting_heads(&self.s)
+        return dict(channels=rows, queues=heads, cycle=credit_wait_cycle(heads, self.s.nvc))
 
 SAMPLE_NAMES = ("busy_ps", "queue_len", "credit_stall_ps", "replays")
 COUNTERS = ("units", "packets", "tlp_B", "payload_B", "busy_ps", "corrupted", "flits_corrupted", "naks", "acks", "replays",

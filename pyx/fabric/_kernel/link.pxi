@@ -255,7 +255,8 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
     hop (switch.pxi) or, at its destination, to delivery when its tail is in (endpoint.pxi)."""
     cdef int32_t ch = e.ch
     cdef int32_t seq = <int32_t>(e.y & <int64_t>0xffffffff)
-    cdef bint bad = (e.y >> 32) & 1
+    cdef int64_t hit = e.y & (<int64_t>1 << 32)       # the unit's bytes were hit on the wire (phy_unit) ...
+    cdef bint bad = hit != 0                          # ... which its CRC tells the receiver
     cdef ps_t tail = s.now + (e.y >> 33)
     cdef int32_t d, node, p
     cdef PacketC* pk
@@ -282,7 +283,8 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
     note_ack_due(s, ch)
     p = e.x
     pk = &s.pk[p]
-    s.cvs[cv(s, ch, pk.vc)].occ += pk.flits
+    pk.offset_B |= hit << (PK_DAMAGED_BIT - 32)     # the bytes kept are those that came: a corrupted unit let in
+    s.cvs[cv(s, ch, pk.vc)].occ += pk.flits          # changes its transfer's checksum at delivery (tests catch it)
     if s.cvs[cv(s, ch, pk.vc)].occ > s.pool_flits:
         s.k[ch].credit_errors += 1
     pk.in_ch = ch

@@ -89,6 +89,9 @@ cdef struct HeapC:             # the event queue: a 4-ary heap and the delay lan
                                # is cheaper than a lane; where an event waits never changes the pop sequence)
 
 # ------------------------------------------------------------------ packets
+cdef enum:
+    PK_DAMAGED_BIT = 62        # PacketC.offset_B: the packet's bytes were damaged on a hop (sizes stay below 2^62)
+
 cdef enum PacketKind:
     PK_DATA = 0                # store data or read completion
     PK_READ_REQ = 1            # read request (header only)
@@ -96,7 +99,9 @@ cdef enum PacketKind:
 cdef struct PacketC:           # 64 B, pool 64 B aligned: one cache line per packet. Route position and class copied in
     ps_t tail_ps               # time its tail reached the current node (cut-through bound)
     ps_t ready_ps              # when it leaves the current node's switch pipeline (eligible in its VOQ)
-    int64_t offset_B           # where its bytes sit in the transfer
+    int64_t offset_B           # where its bytes sit in the transfer; bit PK_DAMAGED_BIT set if a unit of it came
+                               # in corrupted and was accepted (only a broken CRC check does that): its bytes differ,
+                               # and so does the checksum of the range at delivery (endpoint.pxi on_deliver)
     int32_t hop_at             # route-graph node (SimC.hop) of the hop it takes next; advances one per hop
     int32_t xfer               # transfer (flow) it belongs to
     int32_t fseq               # position in its flow, to check order at delivery
