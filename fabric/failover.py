@@ -29,10 +29,15 @@ def check(faults, topo, cfg) -> list[list[int]]:
 class Schedule:
     """The faults of one run as timed actions on its Engine, and the record of what they did (`report`)."""
 
-    def __init__(self, faults, topo, cfg):
+    def __init__(self, faults, topo, cfg, alive=None, retired=(), serving=None):
+        """alive: the channels working at the start (default all); retired: ranks out of service already (their
+        work migrated); serving: the ranks the step runs on, with cfg.manager.migrate (else None): a fault that cuts
+        one of them off stops the run for fabric.migration (`partition`) instead of raising PartitionError."""
         from fabric.phy import ps
         self.topo = topo
-        self.alive = np.ones(topo.n_channels, bool)
+        self.alive = np.ones(topo.n_channels, bool) if alive is None else np.array(alive, bool)
+        self.retired, self.serving = set(retired), serving
+        self.partition = None
         react = ps(cfg.manager.detection_ns) + ps(cfg.manager.route_update_ns)
         self.records, self.actions = [], []
         for i, (f, chans) in enumerate(zip(faults, check(faults, topo, cfg))):
@@ -61,7 +66,7 @@ class Schedule:
     def apply_due(self, eng, t_ps: int) -> None:
         """Apply every action due at t_ps (the engine has run every event up to it)."""
         eng.advance(t_ps)
-        while self.actions and self.actions[0][0] <= t_ps:
+        while self.actions and self.actions[0][0] <= t_ps and self.partition is None:
             _, _, what, i, chans, value = self.actions.pop(0)
             rec = self.records[i]
             if what == "rate":
@@ -87,13 +92,18 @@ class Schedule:
         """The fabric manager installs routes around the channels dead now; flows off them are rewound."""
         topo = self.topo
         alive = self.alive                 # what the manager knows: the parts its detection reported
-        cut = cut_off_ranks(topo, alive)
-        if cut:
+        cut = [r for r in cut_off_ranks(topo, alive) if r not in self.retired]
+        if cut and self.serving is None:
             names = ", ".join(topo.node_names[r] for r in cut)
             raise PartitionError(f"fault {rec['spec']} partitions {topo.name} at t={t_ps / 1e6:.1f} us: "
                                  f"{names} cannot reach the other accelerators; fault fewer parts (or give them "
-                                 f"another path)")
-        new, broken = reroute(topo, alive)
+                                 f"another path, or spares and --migrate)")
+        if any(r in self.serving for r in cut):       # fabric.migration takes the serving ones to spares
+            self.partition = dict(spec=rec["spec"], fault_us=rec["at_us"], at_ps=t_ps, cut=cut)
+            rec[key] = dict(at_us=t_ps / 1e6, partition=[topo.node_names[r] for r in cut])
+            return
+        self.retired.update(cut)                      # idle ones (spares) simply leave service
+        new, broken = reroute(topo, alive, exclude=sorted(self.retired))
         before = eng.fault_totals()["flows_moved"]
         eng.install_routes(new.pair_ptr, new.path_ptr, new.path_ch, new.path_vcl, self._keep(eng, new))
         rec[key] = dict(at_us=t_ps / 1e6, routing=new.routing, pairs_rerouted=broken,

@@ -160,12 +160,13 @@ def kernel_params(cfg: FabricConfig, topo=None) -> dict:
     )
 
 
-def kernel_inputs(cfg: FabricConfig, topo, graph) -> tuple[dict, dict | None]:
+def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, dict | None]:
     """The graph's arrays for the kernel and the shadow-window tables its ingress ports translate through: a graph
     whose transfers carry global addresses (`addr`, from the lowering) gets `host_addr`, each address as its
     issuer's host domain sees it (fabric.address: the program's view), and the tables of every domain
     (endpoint.shadow_windows entries each). A graph that already has `host_addr` keeps it; one without addresses
-    gets no tables (its transfers are addressed by rank)."""
+    gets no tables (its transfers are addressed by rank). rank_map (int[ranks]): the rank now holding each rank's
+    memory window (a spare that took a cut-off rank's work over: fabric.migration)."""
     from fabric.address import build_address_map
     g = as_arrays(graph)
     addr = g.get("addr")
@@ -177,7 +178,10 @@ def kernel_inputs(cfg: FabricConfig, topo, graph) -> tuple[dict, dict | None]:
         addr = np.asarray(addr, np.int64)
         dom = np.asarray(t["node_domain"])[np.clip(np.asarray(g["rank"]), 0, int(t["n_ranks"]) - 1)]
         g = dict(g, host_addr=np.where(addr >= 0, amap.to_host_array(dom, addr), -1))
-    return g, amap.kernel_tables(cfg.endpoint.shadow_windows)
+    tables = amap.kernel_tables(cfg.endpoint.shadow_windows)
+    if rank_map is not None:
+        tables["w_rank"] = np.asarray(rank_map, np.int32)[tables["w_rank"]]
+    return g, tables
 
 
 def as_arrays(obj) -> dict:
@@ -313,11 +317,14 @@ _recorder: list | None = None   # fabric.timeline.recording(): runs append their
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
         slice_events: int = 2_000_000, raise_on_stuck: bool = True, transfers: bool = True,
-        permanent=None) -> RunResult:
+        permanent=None, alive=None, retired=(), rank_map=None) -> RunResult:
     """Execute a task graph on the fabric. faults: transient (kind name, channel, n, k) tuples (see FAULTS);
     permanent: fault specs (fabric.faults; default cfg.faults, () for none); progress: called after every slice of
     `slice_events` events with (events, now_ps, fraction of tasks done); transfers=False leaves
-    RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M)."""
+    RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M). With cfg.manager.migrate a
+    fault that cuts a rank the graph uses off ends the run there (outcome "partition", faults["partition"]) for
+    fabric.migration, which passes the next segment's working channels (alive), the ranks out of service (retired)
+    and where each rank's memory window lives now (rank_map)."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
     from fabric.failover import Schedule
@@ -334,9 +341,13 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     n_tasks = len(graph_arrays["kind"])
     check_switch_legs(topo_arrays, graph_arrays)
     check_size(cfg, topo_arrays, graph_arrays, engine)
-    kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays)
+    kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
     eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate)
-    schedule = Schedule(specs, topo, cfg) if specs else None
+    serving = None
+    if cfg.manager.migrate:
+        xf = np.asarray(graph_arrays["kind"]) == 1                              # taskgraph.TRANSFER
+        serving = set(np.asarray(graph_arrays["rank"]).tolist()) | set(np.asarray(graph_arrays["peer"])[xf].tolist())
+    schedule = Schedule(specs, topo, cfg, alive, retired, serving) if specs else None
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
     recorder = _recorder
@@ -353,7 +364,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
             if eng.next_event_ps > due and (outcome == kernel.PAUSED or
                                             (outcome == kernel.DONE and eng.totals()["tasks_left"] > 0)):
                 schedule.apply_due(eng, due)
-                outcome = kernel.PAUSED
+                outcome = kernel.PAUSED if schedule.partition is None else "partition"
         if progress is not None:
             progress(eng.events, eng.now_ps, 1.0 - eng.totals()["tasks_left"] / max(n_tasks, 1))
         if outcome != kernel.PAUSED:
@@ -361,7 +372,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     wall = time.perf_counter() - t0
     totals = eng.totals()
     start, end = eng.task_times()
-    result = RunResult(engine=engine, outcome="done" if outcome == kernel.DONE else "stuck", now_ps=eng.now_ps,
+    result = RunResult(engine=engine, outcome={kernel.DONE: "done", "partition": "partition"}.get(outcome, "stuck"),
+                       now_ps=eng.now_ps,
                        events=eng.events, wall_s=wall, totals=totals,
                        counters={k: v.copy() for k, v in eng.counters().items()},
                        task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
@@ -373,12 +385,13 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                              stale_dropped=int(ft["stale_dropped"]), flows_moved=int(ft["flows_moved"]),
                              flows_rewound=int(ft["flows_rewound"]),
                              packets_lost=int(totals["carved"] - totals["delivered"] - ft["reclaimed"]),
-                             dead_channels=[_channel_name(topo, int(c)) for c in np.flatnonzero(eng.dead_channels())])
+                             dead_channels=[_channel_name(topo, int(c)) for c in np.flatnonzero(eng.dead_channels())],
+                             partition=schedule.partition)
     if recorder is not None:
         interval_ps, samples = eng.samples()
         recorder.append(dict(cfg=cfg, topo=topo, graph=graph, result=result, sample_ps=interval_ps,
                              samples=samples))
-    if raise_on_stuck and (outcome == kernel.STUCK or totals["tasks_left"] > 0):
+    if raise_on_stuck and outcome != "partition" and (outcome == kernel.STUCK or totals["tasks_left"] > 0):
         name = topo.channel_name if hasattr(topo, "channel_name") else (lambda c: f"channel {c}")
         where = "; ".join(f"{name(r['channel'])}: {r['unacked']} unacked, {r['queued']} queued, credits "
                           f"{r['credits']}{' (link down)' if r['down'] else ''}" for r in result.stuck) or "no queue"

@@ -48,6 +48,8 @@ def render(r: dict) -> str:
     ]
     if r.get("faults"):
         lines += render_faults(r["faults"])
+    if r.get("migration"):
+        lines += render_migration(r["migration"])
     return "\n".join(lines)
 
 
@@ -66,7 +68,9 @@ def render_faults(f: dict) -> list[str]:
         if "detected_us" in a:
             text += f", detected {a['detected_us']:.1f} us"
         for key, label in (("rerouted", "rerouted"), ("rerouted_back", "routes restored")):
-            if key in a:
+            if key in a and "partition" in a[key]:
+                text += f", cut off {', '.join(a[key]['partition'])} at {a[key]['at_us']:.1f} us (migrated)"
+            elif key in a:
                 r = a[key]
                 text += (f", {label} {r['at_us']:.1f} us ({r['routing']}, {r['pairs_rerouted']} pairs without a "
                          f"path, {r['flows_moved']} flows rerouted)")
@@ -80,6 +84,23 @@ def render_faults(f: dict) -> list[str]:
     return lines
 
 
+def render_migration(m: dict) -> list[str]:
+    """The task-migration section of a report (fabric.migration)."""
+    if not m["events"]:
+        return ["  migration            no serving rank was cut off: nothing migrated"]
+    lines = [f"  migration            TPOT {m['tpot_us']:.1f} us with, {m['tpot_no_fault_us']:.1f} us without; "
+             f"degraded {m['degraded_us']:.1f} us (fault to step end), stalled {m['stalled_us']:.1f} us "
+             f"(migrating)"]
+    for e in m["events"]:
+        moves = ", ".join(f"{a} -> {b}" for a, b in e["moves"].items())
+        lines.append(f"                       {e['fault']}: cut off at {e['fault_us']:.1f} us, found {e['partition_us']:.1f}"
+                     f" us; {moves}; took over {e['takeover_us']:.1f} us ({e['migration_us']:.1f} us migration), "
+                     f"{e['tasks_kept']} tasks kept, {e['tasks_restarted']} restarted")
+    lines.append(f"                       {m['packets_abandoned']} packets in flight abandoned at a takeover (their "
+                 f"transfers sent again)")
+    return lines
+
+
 @click.command(cls=Command, help="Replay an HDF5 op trace of one decode step on a fabric and report time per output "
                                  "token. With no TRACE, replays the shipped DeepSeek-R1 TP64 trace on sd200.")
 @click.argument("trace", required=False, type=click.Path(dir_okay=False))
@@ -89,12 +110,16 @@ def render_faults(f: dict) -> list[str]:
 @click.option("--quiet", is_flag=True, help="no progress bar, print only the TPOT line")
 @timeline_option()
 @fault_option()
+@click.option("--migrate", is_flag=True, default=False,
+              help="a rank a fault cuts off hands its work to a spare (topology.spares) and the step finishes "
+                   "(manager.migrate; docs/faults.md)")
 @friendly
-def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path, faults):
+def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path, faults, migrate):
     check_writable(json_path)
     check_writable(timeline_path, "--timeline")
     from fabric.replay import replay
-    cfg = load(preset, config_file, sets, seed, faults=faults)
+    cfg = load(preset, config_file, sets, seed, overrides={"manager.migrate": True} if migrate else None,
+               faults=faults)
     with progress_bar(not quiet) as progress:
         r = replay(trace, cfg, engine=engine, preset=preset, progress=progress, timeline=timeline_path)
     if quiet:

@@ -1,0 +1,216 @@
+"""Task migration to spare accelerators (--migrate, manager.migrate; docs/faults.md §Task migration).
+
+A step runs in segments (fabric.sim.run, each a fresh Engine). When a fault cuts serving ranks off, the fabric
+manager finds it at its reroute (detection + route update after the fault) and the segment ends there
+(fabric.failover: `partition`). Each cut-off rank is given a spare (topology.spares: the same host domain first,
+else the lowest-numbered one still reachable), which loads the rank's state (manager.migration_ns) and takes the
+rank's work over; the step is stalled meanwhile (its collectives need every rank). The next segment starts at the
+takeover, on the fabric as it is then (dead channels out of the routes, lane-degraded rates), with every task not
+completed: a task completed before the segment ended is kept, except on a cut-off rank, where only what completed
+before the fault counts (its results could not leave it after); a task in progress is restarted, a transfer in
+flight sent again from its first byte (its packets in the fabric are abandoned with the segment). The migrated
+rank's tasks run on the spare, its memory window moves there (rank_map), later faults still apply (shifted to the
+segment's clock), and a later partition migrates again. No spare left: MigrationError, one line.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fabric import sim
+from fabric.faults import PartitionError, parse_all, resolve
+from fabric.phy import ps
+from fabric.routing import cut_off_ranks, reroute
+from fabric.taskgraph import TRANSFER
+
+
+class MigrationError(PartitionError):
+    """A fault cut serving ranks off and no reachable spare is left to take their work."""
+
+
+def migration_ps(cfg, topo, spare: int, alive: np.ndarray) -> int:
+    """manager.migration_ns, or (0 = auto) manager.migration_state_gb over the spare's working ports."""
+    if cfg.manager.migration_ns:
+        return ps(cfg.manager.migration_ns)
+    out = np.flatnonzero((topo.ch_src == spare) & alive)
+    bytes_per_ps = float((1.0 / topo.ch_ps_per_byte[out]).sum())
+    return int(round(cfg.manager.migration_state_gb * 1e9 / bytes_per_ps)) if bytes_per_ps else 0
+
+
+def _fabric_at(faults, chans, topo, cfg, t_ps: int):
+    """(alive channels, ps per byte) at absolute time t_ps, and the faults still to come: (spec shifted to t_ps,
+    spec as given). A
+    flapping link down at t_ps stays down for the rest of the step (its return is not modelled across segments)."""
+    alive = np.ones(topo.n_channels, bool)
+    rate = np.array(topo.ch_ps_per_byte, np.float64)
+    later = []
+    for f, ch in zip(faults, chans):
+        at = ps(f.at_us * 1e3)
+        if at > t_ps:
+            when = f"{(at - t_ps) / 1e6!r}" + (f"-{(ps(f.until_us * 1e3) - t_ps) / 1e6!r}" if f.until_us else "")
+            what = f"lanes={f.lanes}" if f.action == "lanes" else f.action
+            later.append((f"{f.part}:{f.where}:{what}@{when}", f.spec))
+        elif f.action == "lanes":
+            rate[ch] *= cfg.phy.lanes / f.lanes
+        elif f.action != "flap" or ps(f.until_us * 1e3) > t_ps:
+            alive[ch] = False
+    return alive, rate, later
+
+
+def _remaining(g: dict, done: np.ndarray, rank_map: np.ndarray, n_ranks: int) -> tuple[dict, np.ndarray]:
+    """The tasks of graph g (as arrays) not done, with their dependencies among themselves and their ranks moved
+    by rank_map; and their ids in g."""
+    n = len(done)
+    ids = np.flatnonzero(~done)
+    new_id = np.full(n, -1, np.int64)
+    new_id[ids] = np.arange(len(ids))
+    pred = np.repeat(np.arange(n, dtype=np.int64), np.diff(g["succ_ptr"]))
+    succ = np.asarray(g["succ_idx"], np.int64)
+    keep = ~done[pred] & ~done[succ]
+    p, q = new_id[pred[keep]], new_id[succ[keep]]
+    ptr = np.zeros(len(ids) + 1, np.int64)
+    np.cumsum(np.bincount(p, minlength=len(ids)), out=ptr[1:])
+    sub = {k: (v[ids] if isinstance(v, np.ndarray) and len(v) == n and k not in ("succ_ptr", "succ_idx") else v)
+           for k, v in g.items() if k != "sem"}
+    peer = sub["peer"]
+    sub.update(n_ranks=n_ranks, rank=rank_map[sub["rank"]].astype(np.int32),
+               peer=np.where(peer >= 0, rank_map[np.maximum(peer, 0)], -1).astype(np.int32),
+               succ_ptr=ptr, succ_idx=q[np.argsort(p, kind="stable")].astype(np.int32),
+               n_deps=np.bincount(q, minlength=len(ids)).astype(np.int32))
+    return sub, ids
+
+
+def _closed(graph, kept: np.ndarray) -> np.ndarray:
+    """kept, less every task downstream of one not kept (a join that only waited on a discarded task): the kept
+    set is closed under predecessors, so the step's task times respect every dependency."""
+    g = sim.as_arrays(graph)
+    pred = np.repeat(np.arange(len(kept), dtype=np.int64), np.diff(g["succ_ptr"]))
+    succ = np.asarray(g["succ_idx"], np.int64)
+    kept = kept.copy()
+    while True:
+        bad = succ[kept[succ] & ~kept[pred]]
+        if not len(bad):
+            return kept
+        kept[bad] = False
+
+
+def _choose_spares(topo, cut, free: list[int], alive, spec: str, at_us: float) -> dict[int, int]:
+    """A reachable free spare for each cut-off rank: one in its host domain first, else the lowest-numbered."""
+    unreachable = set(cut_off_ranks(topo, alive))
+    usable = [s for s in free if s not in unreachable]
+    moves = {}
+    for r in cut:
+        if not usable:
+            names = ", ".join(topo.node_names[x] for x in cut)
+            raise MigrationError(f"fault {spec} cuts {names} off at t={at_us:.1f} us and no reachable spare is left "
+                                 f"for {topo.node_names[r]} ({topo.n_spares} in all); raise topology.spares")
+        same = [s for s in usable if topo.node_domain[s] == topo.node_domain[r]]
+        s = (same or usable)[0]
+        usable.remove(s)
+        moves[r] = s
+    return moves
+
+
+def run(cfg, topo, graph, *, engine: str = "packet", progress=None, transfers: bool = False, runs=None):
+    """Execute graph with cfg's faults, migrating cut-off ranks to spares; (merged RunResult, migration record).
+    The RunResult's task times are the step's (segments offset by their takeover times), its counters and totals
+    summed over the segments; `faults` adds packets_abandoned (in flight when a segment ended, sent again). runs:
+    a list that gets each segment's own RunResult (for checks per segment)."""
+    faults = parse_all(cfg.faults)
+    chans = [resolve(f, topo, cfg) for f in faults]
+    g = sim.as_arrays(graph)
+    n = len(g["kind"])
+    start, end = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    done = np.zeros(n, bool)
+    rank_map = np.arange(topo.n_ranks, dtype=np.int64)
+    free = list(range(topo.n_ranks - topo.n_spares, topo.n_ranks))
+    retired: set[int] = set()
+    seg_topo, seg_graph, ids, specs = topo, graph, np.arange(n), [(f.spec, f.spec) for f in faults]
+    alive, offset = None, 0
+    serving = np.unique(np.concatenate([g["rank"], np.asarray(g["peer"])[np.asarray(g["kind"]) == TRANSFER]]))
+    results, events, applied = [], [], []
+    while True:
+        res = sim.run(cfg, seg_topo, seg_graph, engine=engine, progress=progress, transfers=transfers,
+                      permanent=[shifted for shifted, _ in specs], alive=alive, retired=sorted(retired), rank_map=rank_map)
+        results.append(res)
+        if runs is not None:
+            runs.append((seg_graph, res))
+        given = dict(specs)
+        for rec in res.faults.get("applied", []):
+            applied.append(_shifted(rec, offset / 1e6, given[rec["spec"]]))
+        fin = res.task_end_ps >= 0
+        part = res.faults.get("partition") if res.faults else None
+        if part is not None:            # a cut-off rank's results after the fault never left it
+            cut_ps = ps(part["fault_us"] * 1e3)
+            on_cut = np.isin(sim.as_arrays(seg_graph)["rank"], part["cut"])
+            fin &= ~(on_cut & (res.task_end_ps > cut_ps))
+            fin = _closed(seg_graph, fin)
+        start[ids[fin]] = res.task_start_ps[fin] + offset
+        end[ids[fin]] = res.task_end_ps[fin] + offset
+        done[ids[fin]] = True
+        if part is None:
+            break
+        at_ps = offset + part["at_ps"]
+        alive_now, _, _ = _fabric_at(faults, chans, topo, cfg, at_ps)
+        moves = _choose_spares(topo, [r for r in part["cut"] if r in rank_map[serving]], free, alive_now,
+                               given[part["spec"]], at_ps / 1e6)
+        take = at_ps + max(migration_ps(cfg, topo, s, alive_now) for s in moves.values())
+        alive, rate, specs = _fabric_at(faults, chans, topo, cfg, take)
+        moved = {}
+        while moves:                    # faults during the migration: their cut-off ranks move at the same takeover
+            for r, s in moves.items():
+                free.remove(s)
+                rank_map[rank_map == r] = s
+                retired.add(r)
+                moved[topo.node_names[r]] = topo.node_names[s]
+            cut = set(cut_off_ranks(topo, alive)) - retired
+            more = sorted(cut & set(rank_map[serving].tolist()))
+            retired |= cut - set(more)
+            moves = _choose_spares(topo, more, free, alive, given[part["spec"]], take / 1e6) if more else {}
+        events.append(dict(fault=given[part["spec"]], fault_us=offset / 1e6 + part["fault_us"], partition_us=at_ps / 1e6,
+                           takeover_us=take / 1e6, migration_us=(take - at_ps) / 1e6,
+                           moves=dict(moved), tasks_kept=int(done.sum()),
+                           tasks_restarted=int((res.task_start_ps >= 0).sum() - fin.sum())))
+        seg_topo, _ = reroute(topo, alive, exclude=sorted(retired))
+        seg_topo.ch_ps_per_byte = rate
+        seg_graph, ids = _remaining(g, done, rank_map, topo.n_ranks)
+        offset = take
+    record = dict(events=events, segments=len(results), step_us=float(end.max()) / 1e6 if n else 0.0)
+    if events:
+        record["degraded_us"] = record["step_us"] - events[0]["fault_us"]
+        record["stalled_us"] = sum(e["takeover_us"] - e["partition_us"] for e in events)
+    dead = [topo.channel_name(int(c)) for c in np.flatnonzero(~alive)] if alive is not None else []
+    return _merge(results, start, end, offset, applied, dead), record
+
+
+def _shifted(rec: dict, off_us: float, spec: str) -> dict:
+    """A fault record of a segment on the step's clock, with its spec as given."""
+    out = dict(rec, spec=spec)
+    for k in ("at_us", "detected_us", "up_us"):
+        if k in out:
+            out[k] += off_us
+    for k in ("rerouted", "rerouted_back"):
+        if k in out:
+            out[k] = dict(out[k], at_us=out[k]["at_us"] + off_us)
+    return out
+
+
+def _merge(results, start, end, offset: int, applied, dead: list[str]) -> sim.RunResult:
+    """One RunResult of the segments: counters and totals summed, the step's task times, every fault record."""
+    last = results[-1]
+    totals = {k: sum(int(r.totals[k]) for r in results) for k in last.totals}
+    counters = {k: sum(r.counters[k] for r in results) for k in last.counters}
+    abandoned = sum(int(r.totals["packets_live"]) for r in results[:-1])
+    faults = {}
+    if any(r.faults for r in results):
+        keys = ("packets_reclaimed", "stale_dropped", "flows_moved", "flows_rewound")
+        faults = {k: sum(int(r.faults.get(k, 0)) for r in results) for k in keys}
+        faults.update(applied=applied, packets_abandoned=abandoned,
+                      packets_lost=int(totals["carved"] - totals["delivered"] - faults["packets_reclaimed"]
+                                       - abandoned),
+                      dead_channels=sorted(set(dead) | set(last.faults.get("dead_channels", []))), partition=None)
+    return sim.RunResult(engine=last.engine, outcome=last.outcome, now_ps=offset + last.now_ps,
+                         events=sum(r.events for r in results), wall_s=sum(r.wall_s for r in results),
+                         totals=totals, counters=counters, task_start_ps=start, task_end_ps=end,
+                         link_state=last.link_state, transfers=last.transfers, stuck=last.stuck,
+                         translation={k: sum(r.translation.get(k, 0) for r in results) for k in last.translation},
+                         faults=faults)
