@@ -93,10 +93,10 @@ def _closed(graph, kept: np.ndarray) -> np.ndarray:
         kept[bad] = False
 
 
-def _choose_spares(topo, cut, free: list[int], alive, spec: str, at_us: float) -> dict[int, int]:
+def _choose_spares(topo, cut, free: list[int], alive, retired, spec: str, at_us: float) -> dict[int, int]:
     """A reachable free spare for each cut-off rank: one in its host domain first, else the lowest-numbered."""
-    unreachable = set(cut_off_ranks(topo, alive))
-    usable = [s for s in free if s not in unreachable]
+    out = set(cut_off_ranks(topo, alive)) | set(retired)
+    usable = [s for s in free if s not in out]
     moves = {}
     for r in cut:
         if not usable:
@@ -110,76 +110,97 @@ def _choose_spares(topo, cut, free: list[int], alive, spec: str, at_us: float) -
     return moves
 
 
+class _Spares:
+    """The spares not used yet and the rank each of the step's ranks runs on now (rank_map); the `migrate` of a
+    segment's fault schedule (fabric.failover.Schedule), which calls `partition` when a fault cuts serving ranks
+    off. offset: the segment's start on the step's clock; given: each segment spec's spec as given."""
+
+    def __init__(self, cfg, topo, ranks: np.ndarray):
+        self.cfg, self.topo, self.ranks = cfg, topo, ranks
+        self.free = list(range(topo.n_ranks - topo.n_spares, topo.n_ranks))
+        self.rank_map = np.arange(topo.n_ranks, dtype=np.int64)
+        self.offset, self.given, self.events = 0, {}, []
+
+    def serving(self) -> set:
+        return set(self.rank_map[self.ranks].tolist())
+
+    def partition(self, cut, t_ps: int, alive, retired, spec: str, fault_us: float) -> int:
+        """Spares for the ranks in cut (ValueError-free: MigrationError when none is left); the takeover time."""
+        at = self.offset + t_ps
+        moves = _choose_spares(self.topo, cut, self.free, alive, retired, self.given.get(spec, spec), at / 1e6)
+        took = max(migration_ps(self.cfg, self.topo, s, alive) for s in moves.values())
+        for r, s in moves.items():
+            self.free.remove(s)
+            self.rank_map[self.rank_map == r] = s
+        names = self.topo.node_names
+        self.events.append(dict(fault=self.given.get(spec, spec), fault_us=self.offset / 1e6 + fault_us,
+                                partition_us=at / 1e6, takeover_us=(at + took) / 1e6, migration_us=took / 1e6,
+                                moves={names[r]: names[s] for r, s in moves.items()}))
+        return t_ps + took
+
+
 def run(cfg, topo, graph, *, engine: str = "packet", progress=None, transfers: bool = False, runs=None):
     """Execute graph with cfg's faults, migrating cut-off ranks to spares; (merged RunResult, migration record).
-    The RunResult's task times are the step's (segments offset by their takeover times), its counters and totals
-    summed over the segments; `faults` adds packets_abandoned (in flight when a segment ended, sent again). runs:
-    a list that gets each segment's own RunResult (for checks per segment)."""
+    The RunResult's task times are the step's (segments offset by their starts), its counters and totals summed
+    over the segments; `faults` adds packets_abandoned (in flight when a segment ended, sent again). runs: a list
+    that gets each segment's (graph, RunResult), for checks per segment."""
     faults = parse_all(cfg.faults)
     chans = [resolve(f, topo, cfg) for f in faults]
     g = sim.as_arrays(graph)
     n = len(g["kind"])
     start, end = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
     done = np.zeros(n, bool)
-    rank_map = np.arange(topo.n_ranks, dtype=np.int64)
-    free = list(range(topo.n_ranks - topo.n_spares, topo.n_ranks))
-    retired: set[int] = set()
-    seg_topo, seg_graph, ids, specs = topo, graph, np.arange(n), [(f.spec, f.spec) for f in faults]
-    alive, offset = None, 0
-    serving = np.unique(np.concatenate([g["rank"], np.asarray(g["peer"])[np.asarray(g["kind"]) == TRANSFER]]))
-    results, events, applied = [], [], []
+    spares = _Spares(cfg, topo, np.unique(np.concatenate([g["rank"], g["peer"][g["kind"] == TRANSFER]])))
+    seg_topo, seg_graph, ids = topo, graph, np.arange(n)
+    specs, alive, retired = [(f.spec, f.spec) for f in faults], None, set()
+    results, applied = [], []
     while True:
+        spares.given = dict(specs)
         res = sim.run(cfg, seg_topo, seg_graph, engine=engine, progress=progress, transfers=transfers,
-                      permanent=[shifted for shifted, _ in specs], alive=alive, retired=sorted(retired), rank_map=rank_map)
+                      permanent=[shifted for shifted, _ in specs], alive=alive, retired=sorted(retired),
+                      rank_map=spares.rank_map.copy(), migrate=spares)
         results.append(res)
         if runs is not None:
             runs.append((seg_graph, res))
-        given = dict(specs)
-        for rec in res.faults.get("applied", []):
-            applied.append(_shifted(rec, offset / 1e6, given[rec["spec"]]))
+        applied += [_shifted(rec, spares.offset / 1e6, spares.given[rec["spec"]])
+                    for rec in res.faults.get("applied", [])]
+        parts = res.faults.get("partitions") or []
         fin = res.task_end_ps >= 0
-        part = res.faults.get("partition") if res.faults else None
-        if part is not None:            # a cut-off rank's results after the fault never left it
-            cut_ps = ps(part["fault_us"] * 1e3)
-            on_cut = np.isin(sim.as_arrays(seg_graph)["rank"], part["cut"])
-            fin &= ~(on_cut & (res.task_end_ps > cut_ps))
-            fin = _closed(seg_graph, fin)
-        start[ids[fin]] = res.task_start_ps[fin] + offset
-        end[ids[fin]] = res.task_end_ps[fin] + offset
+        rank = sim.as_arrays(seg_graph)["rank"]
+        for p in parts:                 # a cut-off rank's results after the fault never left it
+            fin &= ~(np.isin(rank, p["cut"]) & (res.task_end_ps > ps(p["fault_us"] * 1e3)))
+        fin = _closed(seg_graph, fin)
+        start[ids[fin]] = res.task_start_ps[fin] + spares.offset
+        end[ids[fin]] = res.task_end_ps[fin] + spares.offset
         done[ids[fin]] = True
-        if part is None:
+        for e in spares.events[len(spares.events) - len(parts):]:
+            e.update(tasks_kept=int(done.sum()), tasks_restarted=int((res.task_start_ps >= 0).sum() - fin.sum()))
+        if done.all():
             break
-        at_ps = offset + part["at_ps"]
-        alive_now, _, _ = _fabric_at(faults, chans, topo, cfg, at_ps)
-        moves = _choose_spares(topo, [r for r in part["cut"] if r in rank_map[serving]], free, alive_now,
-                               given[part["spec"]], at_ps / 1e6)
-        take = at_ps + max(migration_ps(cfg, topo, s, alive_now) for s in moves.values())
-        alive, rate, specs = _fabric_at(faults, chans, topo, cfg, take)
-        moved = {}
-        while moves:                    # faults during the migration: their cut-off ranks move at the same takeover
-            for r, s in moves.items():
-                free.remove(s)
-                rank_map[rank_map == r] = s
-                retired.add(r)
-                moved[topo.node_names[r]] = topo.node_names[s]
+        take = spares.offset + max(p["takeover_ps"] for p in parts)
+        retired |= set(res.faults["retired"])
+        while True:                     # a fault after the segment's last reroute that cut serving ranks off
+            alive, rate, specs = _fabric_at(faults, chans, topo, cfg, take)
             cut = set(cut_off_ranks(topo, alive)) - retired
-            more = sorted(cut & set(rank_map[serving].tolist()))
-            retired |= cut - set(more)
-            moves = _choose_spares(topo, more, free, alive, given[part["spec"]], take / 1e6) if more else {}
-        events.append(dict(fault=given[part["spec"]], fault_us=offset / 1e6 + part["fault_us"], partition_us=at_ps / 1e6,
-                           takeover_us=take / 1e6, migration_us=(take - at_ps) / 1e6,
-                           moves=dict(moved), tasks_kept=int(done.sum()),
-                           tasks_restarted=int((res.task_start_ps >= 0).sum() - fin.sum())))
+            retired |= cut
+            more = sorted(cut & spares.serving())
+            if not more:
+                break
+            last = max((f for f in faults if ps(f.at_us * 1e3) <= take), key=lambda f: f.at_us)
+            spares.offset = take
+            take += spares.partition(more, 0, alive, retired, last.spec, last.at_us - take / 1e6)
+        spares.offset = take
         seg_topo, _ = reroute(topo, alive, exclude=sorted(retired))
         seg_topo.ch_ps_per_byte = rate
-        seg_graph, ids = _remaining(g, done, rank_map, topo.n_ranks)
-        offset = take
+        seg_graph, ids = _remaining(g, done, spares.rank_map, topo.n_ranks)
+    events = spares.events
     record = dict(events=events, segments=len(results), step_us=float(end.max()) / 1e6 if n else 0.0)
-    if events:
-        record["degraded_us"] = record["step_us"] - events[0]["fault_us"]
-        record["stalled_us"] = sum(e["takeover_us"] - e["partition_us"] for e in events)
+    if events:                          # without a rank from the first cut to the last takeover (or the end)
+        first = events[0]["fault_us"]
+        record["degraded_us"] = min(max(e["takeover_us"] for e in events), record["step_us"]) - first
+        record["fault_to_end_us"] = record["step_us"] - first
     dead = [topo.channel_name(int(c)) for c in np.flatnonzero(~alive)] if alive is not None else []
-    return _merge(results, start, end, offset, applied, dead), record
+    return _merge(results, start, end, spares.offset, applied, dead), record
 
 
 def _shifted(rec: dict, off_us: float, spec: str) -> dict:

@@ -317,14 +317,14 @@ _recorder: list | None = None   # fabric.timeline.recording(): runs append their
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
         slice_events: int = 2_000_000, raise_on_stuck: bool = True, transfers: bool = True,
-        permanent=None, alive=None, retired=(), rank_map=None) -> RunResult:
+        permanent=None, alive=None, retired=(), rank_map=None, migrate=None) -> RunResult:
     """Execute a task graph on the fabric. faults: transient (kind name, channel, n, k) tuples (see FAULTS);
     permanent: fault specs (fabric.faults; default cfg.faults, () for none); progress: called after every slice of
     `slice_events` events with (events, now_ps, fraction of tasks done); transfers=False leaves
-    RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M). With cfg.manager.migrate a
-    fault that cuts a rank the graph uses off ends the run there (outcome "partition", faults["partition"]) for
-    fabric.migration, which passes the next segment's working channels (alive), the ranks out of service (retired)
-    and where each rank's memory window lives now (rank_map)."""
+    RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M). fabric.migration runs a
+    step in segments: `migrate` takes the ranks a fault cuts off to spares (failover.Schedule), and the segment
+    ends at their takeover (outcome "partition", faults["partitions"]); the next one gets the working channels
+    (alive), the ranks out of service (retired) and where each rank's memory window lives now (rank_map)."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
     from fabric.failover import Schedule
@@ -343,11 +343,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     check_size(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
     eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate)
-    serving = None
-    if cfg.manager.migrate:
-        xf = np.asarray(graph_arrays["kind"]) == 1                              # taskgraph.TRANSFER
-        serving = set(np.asarray(graph_arrays["rank"]).tolist()) | set(np.asarray(graph_arrays["peer"])[xf].tolist())
-    schedule = Schedule(specs, topo, cfg, alive, retired, serving) if specs else None
+    schedule = Schedule(specs, topo, cfg, alive, retired, migrate) if specs else None
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
     recorder = _recorder
@@ -364,9 +360,11 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
             if eng.next_event_ps > due and (outcome == kernel.PAUSED or
                                             (outcome == kernel.DONE and eng.totals()["tasks_left"] > 0)):
                 schedule.apply_due(eng, due)
-                outcome = kernel.PAUSED if schedule.partition is None else "partition"
+                outcome = "partition" if schedule.stopped else kernel.PAUSED
         if progress is not None:
             progress(eng.events, eng.now_ps, 1.0 - eng.totals()["tasks_left"] / max(n_tasks, 1))
+        if outcome == kernel.STUCK and schedule is not None and schedule.takeover_ps is not None:
+            outcome = "partition"     # what is left waits for the migrating ranks: the segment ends (fabric.migration)
         if outcome != kernel.PAUSED:
             break
     wall = time.perf_counter() - t0
@@ -386,7 +384,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                              flows_rewound=int(ft["flows_rewound"]),
                              packets_lost=int(totals["carved"] - totals["delivered"] - ft["reclaimed"]),
                              dead_channels=[_channel_name(topo, int(c)) for c in np.flatnonzero(eng.dead_channels())],
-                             partition=schedule.partition)
+                             partitions=schedule.partitions, retired=sorted(schedule.retired))
     if recorder is not None:
         interval_ps, samples = eng.samples()
         recorder.append(dict(cfg=cfg, topo=topo, graph=graph, result=result, sample_ps=interval_ps,

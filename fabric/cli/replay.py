@@ -89,8 +89,8 @@ def render_migration(m: dict) -> list[str]:
     if not m["events"]:
         return ["  migration            no serving rank was cut off: nothing migrated"]
     lines = [f"  migration            TPOT {m['tpot_us']:.1f} us with, {m['tpot_no_fault_us']:.1f} us without; "
-             f"degraded {m['degraded_us']:.1f} us (fault to step end), stalled {m['stalled_us']:.1f} us "
-             f"(migrating)"]
+             f"degraded {m['degraded_us']:.1f} us (a rank cut off until its spare took over), "
+             f"{m['fault_to_end_us']:.1f} us from the fault to the step's end"]
     for e in m["events"]:
         moves = ", ".join(f"{a} -> {b}" for a, b in e["moves"].items())
         lines.append(f"                       {e['fault']}: cut off at {e['fault_us']:.1f} us, found {e['partition_us']:.1f}"

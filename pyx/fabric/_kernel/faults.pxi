@@ -213,8 +213,9 @@ cdef int install_routes(SimC* s, dict keep, object pair_ptr, object path_ptr, ob
     """The fabric manager's new route set (pair_ptr, path_ptr, path_ch, path_vcl as fabric.routing makes them) is
     appended to the paths and the route graph (stale packets still walk the old nodes); every pair's candidates are
     the new ones from now on. Transfers not done whose path is not kept (keep_path[p] false) or that lost a packet
-    are rewound onto the new routes; every channel then arbitrates once."""
-    cdef int64_t n_old, H_old, n_new, i, old_n
+    are rewound onto the new routes, except those of a pair the set leaves without a path (a rank out of service:
+    its packets are lost where its route is dead); every channel then arbitrates once."""
+    cdef int64_t n_old, H_old, n_new, i, old_n, pair
     cdef int32_t x, ch
     cdef HopC* old_hop
     cdef HopC* merged
@@ -271,6 +272,9 @@ cdef int install_routes(SimC* s, dict keep, object pair_ptr, object path_ptr, ob
             continue
         if kp[s.xf[x].path] and not s.x_lost[x]:
             continue
+        pair = <int64_t>s.xf[x].src * s.n_ranks + s.xf[x].dst
+        if s.pair_ptr[pair + 1] == s.pair_ptr[pair]:
+            continue               # a rank taken out of service (its work migrates: fabric.migration): left as is
         s.x_lost[x] = 0
         rewind_xfer(s, x)
     for ch in range(s.n_ch):
