@@ -35,7 +35,8 @@ class Schedule:
         """alive: the channels working at the start (default all); retired: ranks out of service already (their
         work migrated); migrate (fabric.migration, else None): a fault that cuts ranks in migrate.serving() off
         does not stop the run with PartitionError: migrate.partition(cut, t_ps, alive, retired, spec, fault_us)
-        gives them spares and returns the takeover time, the routes leave them out, and the run goes on until that time (`stopped`)."""
+        gives them spares and returns the takeover time, the routes leave them out, and the run goes on until that
+        time (`stopped`)."""
         from fabric.phy import ps
         self.topo = topo
         self.alive = np.ones(topo.n_channels, bool) if alive is None else np.array(alive, bool)

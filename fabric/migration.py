@@ -189,6 +189,7 @@ def run(cfg, topo, graph, *, engine: str = "packet", progress=None, transfers: b
             last = max((f for f in faults if ps(f.at_us * 1e3) <= take), key=lambda f: f.at_us)
             spares.offset = take
             take += spares.partition(more, 0, alive, retired, last.spec, last.at_us - take / 1e6)
+            spares.events[-1].update(tasks_kept=int(done.sum()), tasks_restarted=0)
         spares.offset = take
         seg_topo, _ = reroute(topo, alive, exclude=sorted(retired))
         seg_topo.ch_ps_per_byte = rate

@@ -201,7 +201,9 @@ def test_replay_migrates_a_cut_off_rank_and_reports_it(tmp_path):
     assert m["degraded_us"] == pytest.approx(e["takeover_us"] - 4400)
     assert m["fault_to_end_us"] == pytest.approx(m["tpot_us"] - 4400)
     assert f["packets_lost"] == 0 and f["packets_duplicated"] == 0 and rep["packets_dropped"] == 0
-    assert "acc3 -> spare0" in r.output and "degraded" in r.output
+    (rec,) = f["applied"]
+    assert rec["rerouted"]["cut_off"] == ["acc3"] and rec["rerouted"]["at_us"] == e["partition_us"]
+    assert "acc3 -> spare0" in r.output and "acc3 cut off, migrated" in r.output and "degraded" in r.output
 
 
 def test_without_migrate_a_partition_still_stops_the_run():

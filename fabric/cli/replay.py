@@ -68,12 +68,11 @@ def render_faults(f: dict) -> list[str]:
         if "detected_us" in a:
             text += f", detected {a['detected_us']:.1f} us"
         for key, label in (("rerouted", "rerouted"), ("rerouted_back", "routes restored")):
-            if key in a and "partition" in a[key]:
-                text += f", cut off {', '.join(a[key]['partition'])} at {a[key]['at_us']:.1f} us (migrated)"
-            elif key in a:
+            if key in a:
                 r = a[key]
                 text += (f", {label} {r['at_us']:.1f} us ({r['routing']}, {r['pairs_rerouted']} pairs without a "
-                         f"path, {r['flows_moved']} flows rerouted)")
+                         f"path, {r['flows_moved']} flows rerouted"
+                         + (f"; {', '.join(r['cut_off'])} cut off, migrated)" if "cut_off" in r else ")"))
         if "up_us" in a:
             text += f", up {a['up_us']:.1f} us"
         lines.append(f"                       {text}")
@@ -93,9 +92,10 @@ def render_migration(m: dict) -> list[str]:
              f"{m['fault_to_end_us']:.1f} us from the fault to the step's end"]
     for e in m["events"]:
         moves = ", ".join(f"{a} -> {b}" for a, b in e["moves"].items())
-        lines.append(f"                       {e['fault']}: cut off at {e['fault_us']:.1f} us, found {e['partition_us']:.1f}"
-                     f" us; {moves}; took over {e['takeover_us']:.1f} us ({e['migration_us']:.1f} us migration), "
-                     f"{e['tasks_kept']} tasks kept, {e['tasks_restarted']} restarted")
+        lines.append(f"                       {e['fault']}: cut off at {e['fault_us']:.1f} us, found "
+                     f"{e['partition_us']:.1f} us; {moves}; took over {e['takeover_us']:.1f} us "
+                     f"({e['migration_us']:.1f} us migration), {e['tasks_kept']} tasks kept, "
+                     f"{e['tasks_restarted']} restarted")
     lines.append(f"                       {m['packets_abandoned']} packets in flight abandoned at a takeover (their "
                  f"transfers sent again)")
     return lines
