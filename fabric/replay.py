@@ -30,6 +30,9 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_ranks - topo.n_spares} "
                           f"serving accelerators; choose a preset with at least {tr.n_ranks} (sd200: 64, sd200-128 "
                           f"... sd200-1024)")
+    if cfg.manager.migrate and timeline:
+        raise ConfigError("--timeline cannot draw a step run with --migrate yet (its segments are separate engines "
+                          "with their own clocks); drop one of them")
     if cfg.manager.migrate and not topo.n_spares:
         raise ConfigError("--migrate needs spare accelerators to migrate to; add some with --set topology.spares=N "
                           "(sd200)")

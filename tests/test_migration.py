@@ -181,10 +181,17 @@ def test_random_faults_with_migration_finish_every_task_once_or_say_no_spare_is_
 
 # ---------------------------------------------------------------- command line
 
-def test_migrate_without_spares_is_one_line_and_exit_code_2():
+@pytest.mark.parametrize("args, needle", [
+    (["--fault", "link:acc3-sw0:down@100"], "--set topology.spares=N"),
+    (["--set", "topology.spares=1", "--fault", "switch:sw5:down@200"], "no reachable spare is left for acc41"),
+    (["--set", "topology.spares=1", "--set", "topology.kind=accel_mesh"], "sd200 builder only"),
+    (["--set", "topology.spares=1", "--timeline", "t.json"], "--timeline cannot draw"),
+])
+def test_migrate_errors_are_one_line_and_exit_code_2(args, needle, tmp_path, monkeypatch):
     from fabric.cli.replay import main
-    r, err = invoke(main, ["--quiet", "--migrate", "--fault", "link:acc3-sw0:down@100"])
-    assert r.exit_code == 2 and "topology.spares" in err and len(err.splitlines()) == 1
+    monkeypatch.chdir(tmp_path)
+    r, err = invoke(main, ["--quiet", "--migrate", *args])
+    assert r.exit_code == 2 and needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
 def test_replay_migrates_a_cut_off_rank_and_reports_it(tmp_path):
