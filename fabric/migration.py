@@ -1,14 +1,14 @@
 """Task migration to spare accelerators (--migrate, manager.migrate; docs/faults.md §Task migration).
 
 A step runs in segments (fabric.sim.run, each a fresh Engine). When a fault cuts serving ranks off, the fabric
-manager finds it at its reroute (detection + route update after the fault) and the segment ends there
-(fabric.failover: `partition`). Each cut-off rank is given a spare (topology.spares: the same host domain first,
-else the lowest-numbered one still reachable), which loads the rank's state (manager.migration_ns) and takes the
-rank's work over; the step is stalled meanwhile (its collectives need every rank). The next segment starts at the
-takeover, on the fabric as it is then (dead channels out of the routes, lane-degraded rates), with every task not
-completed: a task completed before the segment ended is kept, except on a cut-off rank, where only what completed
-before the fault counts (its results could not leave it after); a task in progress is restarted, a transfer in
-flight sent again from its first byte (its packets in the fabric are abandoned with the segment). The migrated
+manager finds it at its reroute (detection + route update after the fault): each cut-off rank gets a spare
+(topology.spares: one in its host domain first, else the lowest-numbered one still reachable), which loads the
+rank's state (manager.migration_ns) while the other ranks run on with routes that leave the cut-off ones out
+(fabric.failover.Schedule calls `_Spares.partition`). The segment ends at the takeover. The next one starts there,
+on the fabric as it is then (dead channels out of the routes, lane-degraded rates), with every task not kept: a
+task completed in the segment is kept, except on a cut-off rank, where only what completed before the fault counts
+(its results could not leave it), and what depends on a task not kept; a task in progress restarts, a transfer in
+flight is sent again from its first byte (its packets in the fabric are abandoned with the segment). The migrated
 rank's tasks run on the spare, its memory window moves there (rank_map), later faults still apply (shifted to the
 segment's clock), and a later partition migrates again. No spare left: MigrationError, one line.
 """
@@ -38,8 +38,8 @@ def migration_ps(cfg, topo, spare: int, alive: np.ndarray) -> int:
 
 def _fabric_at(faults, chans, topo, cfg, t_ps: int):
     """(alive channels, ps per byte) at absolute time t_ps, and the faults still to come: (spec shifted to t_ps,
-    spec as given). A
-    flapping link down at t_ps stays down for the rest of the step (its return is not modelled across segments)."""
+    spec as given). A flapping link down at t_ps stays down for the rest of the step (its return is not modelled
+    across segments)."""
     alive = np.ones(topo.n_channels, bool)
     rate = np.array(topo.ch_ps_per_byte, np.float64)
     later = []
@@ -125,7 +125,8 @@ class _Spares:
         return set(self.rank_map[self.ranks].tolist())
 
     def partition(self, cut, t_ps: int, alive, retired, spec: str, fault_us: float) -> int:
-        """Spares for the ranks in cut (ValueError-free: MigrationError when none is left); the takeover time."""
+        """Spares for the ranks in cut (MigrationError when none is left); the takeover time on the segment's
+        clock."""
         at = self.offset + t_ps
         moves = _choose_spares(self.topo, cut, self.free, alive, retired, self.given.get(spec, spec), at / 1e6)
         took = max(migration_ps(self.cfg, self.topo, s, alive) for s in moves.values())
