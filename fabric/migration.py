@@ -144,7 +144,7 @@ def run(cfg, topo, graph, *, engine: str = "packet", progress=None, transfers: b
     """Execute graph with cfg's faults, migrating cut-off ranks to spares; (merged RunResult, migration record).
     The RunResult's task times are the step's (segments offset by their starts), its counters and totals summed
     over the segments; `faults` adds packets_abandoned (in flight when a segment ended, sent again). runs: a list
-    that gets each segment's (graph, RunResult), for checks per segment."""
+    that gets each segment's graph, RunResult and the ids (in graph) of the tasks kept from it, for checks."""
     faults = parse_all(cfg.faults)
     chans = [resolve(f, topo, cfg) for f in faults]
     g = sim.as_arrays(graph)
@@ -161,8 +161,6 @@ def run(cfg, topo, graph, *, engine: str = "packet", progress=None, transfers: b
                       permanent=[shifted for shifted, _ in specs], alive=alive, retired=sorted(retired),
                       rank_map=spares.rank_map.copy(), migrate=spares)
         results.append(res)
-        if runs is not None:
-            runs.append((seg_graph, res))
         applied += [_shifted(rec, spares.offset / 1e6, spares.given[rec["spec"]])
                     for rec in res.faults.get("applied", [])]
         parts = res.faults.get("partitions") or []
@@ -174,6 +172,8 @@ def run(cfg, topo, graph, *, engine: str = "packet", progress=None, transfers: b
         start[ids[fin]] = res.task_start_ps[fin] + spares.offset
         end[ids[fin]] = res.task_end_ps[fin] + spares.offset
         done[ids[fin]] = True
+        if runs is not None:
+            runs.append(dict(graph=seg_graph, result=res, kept=ids[fin]))
         for e in spares.events[len(spares.events) - len(parts):]:
             e.update(tasks_kept=int(done.sum()), tasks_restarted=int((res.task_start_ps >= 0).sum() - fin.sum()))
         if done.all():
