@@ -22,20 +22,22 @@ SMALL = {"topology.kind": "sd200", "topology.switch_mesh_dims": "2x1x1", "topolo
          "manager.migrate": True}
 
 
-def ring_graph(R: int, layers: int, nbytes: int = 6000, compute_ps: int = 2_000_000) -> dict:
+def ring_graph(R: int, layers: int, nbytes: int = 6000, compute_ps: int = 2_000_000, loads: bool = False) -> dict:
     """Per layer, every rank computes, then stores to the next rank; a rank's next compute waits for its own
-    compute and for the store into it: a chain of dependencies across ranks, as a decode step's layers."""
-    kind, rank, peer, dur, edges = [], [], [], [], []
+    compute and for the store into it: a chain of dependencies across ranks, as a decode step's layers. loads:
+    every other layer's transfers are loads (rank r reads from r + 1) instead."""
+    kind, rank, peer, dur, edges, op = [], [], [], [], [], []
     last = [-1] * R
-    for _ in range(layers):
+    for layer in range(layers):
         comp = []
         for r in range(R):
             comp.append(len(kind))
-            kind.append(COMPUTE), rank.append(r), peer.append(-1), dur.append(compute_ps)
+            kind.append(COMPUTE), rank.append(r), peer.append(-1), dur.append(compute_ps), op.append(0)
             edges += [(last[r], comp[r])] if last[r] >= 0 else []
         for r in range(R):
             t = len(kind)
             kind.append(TRANSFER), rank.append(r), peer.append((r + 1) % R), dur.append(0)
+            op.append(int(loads and layer % 2))
             edges.append((comp[r], t))
             last[(r + 1) % R] = t
     n = len(kind)
@@ -48,7 +50,7 @@ def ring_graph(R: int, layers: int, nbytes: int = 6000, compute_ps: int = 2_000_
     return dict(kind=kind, rank=np.array(rank, np.int32), peer=np.array(peer, np.int32),
                 stream=np.where(kind == COMPUTE, 0, -1).astype(np.int32),
                 nbytes=np.where(kind == TRANSFER, nbytes, 0).astype(np.int64), duration_ps=np.array(dur, np.int64),
-                op=np.zeros(n, np.int8), coll=np.full(n, -1, np.int32), succ_ptr=ptr,
+                op=np.array(op, np.int8), coll=np.full(n, -1, np.int32), succ_ptr=ptr,
                 succ_idx=succ[order].astype(np.int32), n_deps=np.bincount(succ, minlength=n).astype(np.int32))
 
 
@@ -126,7 +128,7 @@ def test_auto_migration_time_is_the_state_over_the_spares_ports():
 def test_a_second_partition_migrates_again_and_without_a_spare_left_one_line_says_so():
     over = {"topology.spares": 2, "manager.migration_ns": 5000}
     specs = ["link:acc1-sw0:down@1", "link:acc2-sw1:down@100"]
-    cfg, topo, graph, res, rec, runs = migrate(over, specs, ring_graph(4, 40))
+    cfg, topo, graph, res, rec, runs = migrate(over, specs, ring_graph(4, 40, loads=True))
     check_segments(cfg, runs, len(graph["kind"]))
     assert [e["moves"] for e in rec["events"]] == [{"acc1": "spare0"}, {"acc2": "spare1"}]
     with pytest.raises(migration.MigrationError, match="no reachable spare is left for acc2") as err:
@@ -156,7 +158,7 @@ def migration_case(draw):
     cfg = load_config(overrides=over)
     topo = build(cfg)
     graph = ring_graph(topo.n_ranks - topo.n_spares, draw(st.integers(1, 8)), draw(st.integers(1, 20000)),
-                       draw(st.sampled_from([0, 500_000, 3_000_000])))
+                       draw(st.sampled_from([0, 500_000, 3_000_000])), draw(st.booleans()))
     return cfg, graph, draw(permanent_faults(topo, horizon_us=30.0))
 
 
@@ -175,6 +177,8 @@ def run_migration_case(case):
     assert res.faults["packets_lost"] == 0
     assert len(rec["events"]) >= len(runs) - 1           # a takeover may come after the rest of the step ended
     assert all(e["takeover_us"] > e["partition_us"] >= e["fault_us"] for e in rec["events"])
+    pred = np.repeat(np.arange(len(graph["kind"])), np.diff(graph["succ_ptr"]))
+    assert (res.task_end_ps[pred] <= res.task_start_ps[graph["succ_idx"]]).all()     # every dependency respected
 
 
 @given(migration_case())
@@ -189,8 +193,6 @@ def test_random_faults_with_migration_finish_every_task_once_or_say_no_spare_is_
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_ten_thousand_random_migration_scenarios(case):
     run_migration_case(case)
-    pred = np.repeat(np.arange(len(graph["kind"])), np.diff(graph["succ_ptr"]))
-    assert (res.task_end_ps[pred] <= res.task_start_ps[graph["succ_idx"]]).all()     # every dependency respected
 
 
 # ---------------------------------------------------------------- command line

@@ -140,13 +140,18 @@ cdef int revive_channel(SimC* s, int32_t ch) except -1:
 
 cdef int set_channel_rate(SimC* s, int32_t ch, double ps_per_B) except -1:
     """ch serialises at ps_per_B per wire byte from now on (a link that lost lanes); units on the wire keep theirs.
-    Its open flit is closed (the stream's times are offsets at one rate from one origin: the next unit starts a new
-    flit, the open one's padding is not charged). The Acks and UpdateFCs that cross it leave their fixed-delay lane
-    (its delay was the old flit time)."""
-    s.c[ch].ps_per_B = ps_per_B
-    s.c[ch].flit_ps = max(<ps_t>(ps_per_B * s.flit_B + 0.5), 1)
-    s.c[ch].flit_pos = 0
-    s.c[s.c[ch].ch_rev].lane_ctrl = -1
+    Its open flit is padded out at the old rate (the stream's times are offsets at one rate from one origin): the
+    next unit starts a new flit, no earlier than that flit's end, so its tail cannot overtake the last unit's (whose
+    tail is that flit's end). The Acks and UpdateFCs that cross it leave their fixed-delay lane (its delay was the old
+    flit time)."""
+    cdef ChanC* c = &s.c[ch]
+    if c.flit_pos > 0:                 # flit_open_end at the new rate stays the old end; no unit continues the flit
+        c.flit_base = flit_open_end(s, c)
+        c.flit_off = -s.flit_B
+        c.tx_fin = -1
+    c.ps_per_B = ps_per_B
+    c.flit_ps = max(<ps_t>(ps_per_B * s.flit_B + 0.5), 1)
+    s.c[c.ch_rev].lane_ctrl = -1
     return 0
 
 cdef int unqueue_xfer(SimC* s, int32_t x) except -1 nogil:
