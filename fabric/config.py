@@ -328,6 +328,13 @@ class TopologyConfig(_Section):
                                    help="accel_mesh/accel_torus: cost of crossing an accelerator's embedded router "
                                         "(its node_latency_ps; paid only where a packet is forwarded)",
                                    reason="an embedded router costs what a fabric switch pipeline does (100 ns)")
+    spares: int = param(0, unit="accelerators", lo=0, hi=1024,
+                        help="sd200: spare accelerators beyond the X*Y*Z*accels_per_domain that serve, spread round "
+                             "robin over the domain switches (spare k on sw(k mod domains), ranks after the serving "
+                             "ones); they run nothing until a serving rank is cut off and migrated (--migrate)",
+                        reason="the SD200 keeps serving through failures by task migration (docs/sources.md §SD200 "
+                               "system), which needs somewhere to migrate to; how many spares it keeps is not "
+                               "published [E], so none unless asked")
     accel_mem_gib: int = param(64, unit="GiB", lo=1, hi=1 << 20,
                                help="memory per accelerator = size of its window in the global address map",
                                reason="up to 4 TB accelerator memory over 64 accelerators "
@@ -520,6 +527,24 @@ class ManagerConfig(_Section):
                                         "tables (recomputed around the failed parts and written to the fabric)",
                                    reason="not published [E]: a route computation over a few hundred nodes plus "
                                           "table writes to every switch over its management interface; 50 us")
+    migrate: bool = param(False, unit="flag",
+                          help="a serving rank whose accelerator a fault cuts off hands its unfinished work to a "
+                               "spare (topology.spares) instead of stopping the run (fabric-replay --migrate; "
+                               "docs/faults.md §Task migration)",
+                          reason="off: a partition stops the run with one line, as without spares")
+    migration_state_gb: float = param(10.5, unit="GB", lo=0, hi=1e6,
+                                      help="state a migrated rank's spare must load before it takes over (weights "
+                                           "shard, KV cache), copied over the spare's own ports",
+                                      reason="DeepSeek-R1's 671 G parameters in FP8 over 64 ranks: 10.5 GB per rank; "
+                                             "the KV cache of one 4096-token user is ~0.3 GB more and is left out "
+                                             "[E]")
+    migration_ns: float = param(0.0, unit="ns", lo=0, hi=1e15,
+                                help="from the fabric manager's new routes to the spare taking over a cut-off rank's "
+                                     "work (0 = auto: migration_state_gb over the spare's surviving ports at their "
+                                     "data rate, ~85 ms for a sd200 spare's two x8 ports)",
+                                reason="task migration time is not published [E]: the spare must hold the rank's "
+                                       "state before it can run, and its ports are the narrowest part of the copy "
+                                       "(the peers holding replicas send in parallel)")
 
 
 SECTIONS = {
@@ -615,6 +640,9 @@ def check_memory(c: FabricConfig, need_mb: float, what: str, fix: str) -> None:
 
 
 def _cross_check(c: FabricConfig) -> None:
+    if c.topology.spares and c.topology.kind != "sd200":
+        raise ConfigError(f"topology.spares={c.topology.spares}: spare accelerators hang off the domain switches of "
+                          f"the sd200 builder only; use topology.kind = \"sd200\" or topology.spares = 0")
     for key in ("switch_mesh_dims", "mesh_dims"):      # checked whether or not this topology kind uses it
         value = getattr(c.topology, key)
         if not _DIMS.fullmatch(str(value).strip().lower()):

@@ -7,6 +7,8 @@ the flows that lost packets or their route are rewound onto them. It records wha
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from fabric.errors import ConfigError
@@ -29,10 +31,17 @@ def check(faults, topo, cfg) -> list[list[int]]:
 class Schedule:
     """The faults of one run as timed actions on its Engine, and the record of what they did (`report`)."""
 
-    def __init__(self, faults, topo, cfg):
+    def __init__(self, faults, topo, cfg, alive=None, retired=(), migrate=None):
+        """alive: the channels working at the start (default all); retired: ranks out of service already (their
+        work migrated); migrate (fabric.migration, else None): a fault that cuts ranks in migrate.serving() off
+        does not stop the run with PartitionError: migrate.partition(cut, t_ps, alive, retired, spec, fault_us)
+        gives them spares and returns the takeover time, the routes leave them out, and the run goes on until that
+        time (`stopped`)."""
         from fabric.phy import ps
         self.topo = topo
-        self.alive = np.ones(topo.n_channels, bool)
+        self.alive = np.ones(topo.n_channels, bool) if alive is None else np.array(alive, bool)
+        self.retired, self.migrate = set(retired), migrate
+        self.partitions, self.takeover_ps, self.stopped = [], None, False
         react = ps(cfg.manager.detection_ns) + ps(cfg.manager.route_update_ns)
         self.records, self.actions = [], []
         for i, (f, chans) in enumerate(zip(faults, check(faults, topo, cfg))):
@@ -53,6 +62,7 @@ class Schedule:
                 self.actions.append((up, len(self.actions), "revive", i, chans, None))
                 self.actions.append((up + react, len(self.actions), "reroute_up", i, chans, None))
         self.actions.sort()
+        self._seq = len(self.actions)
         self._path_pair = None
 
     def next_ps(self) -> int | None:
@@ -61,10 +71,12 @@ class Schedule:
     def apply_due(self, eng, t_ps: int) -> None:
         """Apply every action due at t_ps (the engine has run every event up to it)."""
         eng.advance(t_ps)
-        while self.actions and self.actions[0][0] <= t_ps:
+        while self.actions and self.actions[0][0] <= t_ps and not self.stopped:
             _, _, what, i, chans, value = self.actions.pop(0)
             rec = self.records[i]
-            if what == "rate":
+            if what == "takeover":            # the spares hold the state: the segment ends (fabric.migration)
+                self.stopped = t_ps >= self.takeover_ps
+            elif what == "rate":
                 for c in chans:
                     eng.set_channel_rate(c, float(self.topo.ch_ps_per_byte[c]) * value)
                 rec["applied"] = True
@@ -87,17 +99,30 @@ class Schedule:
         """The fabric manager installs routes around the channels dead now; flows off them are rewound."""
         topo = self.topo
         alive = self.alive                 # what the manager knows: the parts its detection reported
-        cut = cut_off_ranks(topo, alive)
-        if cut:
+        cut = [r for r in cut_off_ranks(topo, alive) if r not in self.retired]
+        if cut and self.migrate is None:
             names = ", ".join(topo.node_names[r] for r in cut)
             raise PartitionError(f"fault {rec['spec']} partitions {topo.name} at t={t_ps / 1e6:.1f} us: "
                                  f"{names} cannot reach the other accelerators; fault fewer parts (or give them "
-                                 f"another path)")
-        new, broken = reroute(topo, alive)
+                                 f"another path, or spares and --migrate)")
+        self.retired.update(cut)                  # idle ones (spares) simply leave service
+        serving = self.migrate.serving() if cut and eng.totals()["tasks_left"] else set()   # the step may be over
+        moving = [r for r in cut if r in serving]
+        if moving:
+            take = self.migrate.partition(moving, t_ps, alive, self.retired, rec["spec"], rec["at_us"])
+            self.partitions.append(dict(spec=rec["spec"], fault_us=rec["at_us"], at_ps=t_ps, cut=moving,
+                                        takeover_ps=take))
+            if self.takeover_ps is None or take > self.takeover_ps:
+                self.takeover_ps = take
+                bisect.insort(self.actions, (take, self._seq, "takeover", self.records.index(rec), [], None))
+                self._seq += 1
+        new, broken = reroute(topo, alive, exclude=sorted(self.retired))
         before = eng.fault_totals()["flows_moved"]
         eng.install_routes(new.pair_ptr, new.path_ptr, new.path_ch, new.path_vcl, self._keep(eng, new))
         rec[key] = dict(at_us=t_ps / 1e6, routing=new.routing, pairs_rerouted=broken,
                         flows_moved=eng.fault_totals()["flows_moved"] - before)
+        if moving:
+            rec[key]["cut_off"] = [topo.node_names[r] for r in moving]
 
     def _keep(self, eng, new) -> np.ndarray:
         """bool[paths the engine holds]: the path is a candidate of its pair in the new route set (same channels

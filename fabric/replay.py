@@ -26,10 +26,16 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     path = trace_path or str(tracemod.default_trace_path())
     tr = tracemod.read(path)
     topo = shared(cfg)
-    if tr.n_ranks > topo.n_ranks:
-        raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_ranks} "
-                          f"accelerators; choose a preset with at least {tr.n_ranks} (sd200: 64, sd200-128 ... "
-                          f"sd200-1024)")
+    if tr.n_ranks > topo.n_ranks - topo.n_spares:
+        raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_ranks - topo.n_spares} "
+                          f"serving accelerators; choose a preset with at least {tr.n_ranks} (sd200: 64, sd200-128 "
+                          f"... sd200-1024)")
+    if cfg.manager.migrate and timeline:
+        raise ConfigError("--timeline cannot draw a step run with --migrate yet (its segments are separate engines "
+                          "with their own clocks); drop one of them")
+    if cfg.manager.migrate and not topo.n_spares:
+        raise ConfigError("--migrate needs spare accelerators to migrate to; add some with --set topology.spares=N "
+                          "(sd200)")
     if cfg.faults:            # their names and the manager's timing, before the (long) runs
         from fabric.failover import check
         from fabric.faults import parse_all
@@ -43,7 +49,11 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=())
         baseline = step_summary(graph, base.task_start_ps, base.task_end_ps)["step_us"]
     with tl.to_file(timeline, tr, meta=dict(trace=path, preset=preset, engine=engine)) as tl_info:
-        res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False)
+        if cfg.manager.migrate:
+            from fabric import migration
+            res, moved = migration.run(cfg, topo, graph, engine=engine, progress=progress)
+        else:
+            res, moved = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False), None
     start, end = res.task_start_ps, res.task_end_ps
     step = step_summary(graph, start, end, task_layers(graph, tr))
     step_ps = step["step_ps"]
@@ -72,6 +82,9 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     )
     if res.faults:
         out["faults"] = fault_summary(topo, res, step_ps, baseline, step["step_us"])
+    if moved is not None:
+        out["migration"] = dict(moved, tpot_us=step["step_us"], tpot_no_fault_us=baseline,
+                                packets_abandoned=res.faults.get("packets_abandoned", 0))
     if timeline:
         out["timeline"] = tl_info
     return out

@@ -456,23 +456,31 @@ REROUTE_ENUMERATION = 64    # shortest paths enumerated per pair when rerouting 
                             # and links comes from _select among them
 
 
-def reroute(topo: Topology, alive: np.ndarray, max_candidates: int = 16) -> tuple[Topology, int]:
+def reroute(topo: Topology, alive: np.ndarray, max_candidates: int = 16, exclude=()) -> tuple[Topology, int]:
     """The fabric manager's routes around failed channels (alive: bool[C]), as a copy of topo, and how many rank
     pairs lost every candidate. Pairs with a surviving candidate keep those; the others get every shortest path
     over the surviving channels, or up*/down* paths where those close a cycle in the channel-dependency graph of
     the whole set; if that too is cyclic, every pair is routed up*/down* over the surviving channels. The set
-    returned is proven deadlock-free (check_deadlock_free). The caller checks cut_off_ranks first."""
+    returned is proven deadlock-free (check_deadlock_free). The caller checks cut_off_ranks first; `exclude`: ranks
+    taken out of service (cut off, their work migrated: fabric.migration), whose pairs get no path."""
     R, H = topo.n_ranks, len(topo.path_ch)
     pair_of = np.repeat(np.arange(R * R, dtype=np.int64), np.diff(topo.pair_ptr))
-    dead = path_dead(topo, alive)
+    out = np.zeros(R, bool)
+    out[list(exclude)] = True
+    served = ~(out[pair_of // R] | out[pair_of % R])
+    dead = path_dead(topo, alive) | ~served
     surviving = np.bincount(pair_of[~dead], minlength=R * R)
-    broken = [divmod(int(i), R) for i in np.flatnonzero((np.diff(topo.pair_ptr) > 0) & (surviving == 0))]
+    broken = [(s, d) for s, d in (divmod(int(i), R) for i in
+                                  np.flatnonzero((np.diff(topo.pair_ptr) > 0) & (surviving == 0)))
+              if not (out[s] or out[d])]
     keep = np.flatnonzero(~dead)
     base = topo.routing or "routes"
-    attempts = [(f"{base} + shortest", False, broken), (f"{base} + updown", True, broken), ("updown", True, None)]
-    for how, restrict, which in (attempts if broken else [(base, False, [])]):
+    every = None if not out.any() else [(s, d) for s in np.flatnonzero(~out).tolist()
+                                        for d in np.flatnonzero(~out).tolist() if s != d]
+    attempts = [(f"{base} + shortest", False, broken), (f"{base} + updown", True, broken), ("updown", True, every)]
+    for i, (how, restrict, which) in enumerate(attempts if broken else [(base, False, [])]):
         new = graph_paths(topo, restrict, max_candidates, alive, which, REROUTE_ENUMERATION) if which != [] else {}
-        kept = keep if which is not None else keep[:0]
+        kept = keep if i < 2 else keep[:0]
         flat = [(s * R + d, p) for (s, d), found in new.items() for p in found]
         n_ptr = np.zeros(len(flat) + 1, dtype=np.int64)
         np.cumsum([len(p) for _, p in flat], out=n_ptr[1:])
@@ -485,7 +493,7 @@ def reroute(topo: Topology, alive: np.ndarray, max_candidates: int = 16) -> tupl
         try:
             check_deadlock_free(cand)
         except RoutingError:
-            if which is None:
+            if i == 2:
                 raise
             continue
         return cand, len(broken)

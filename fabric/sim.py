@@ -161,12 +161,13 @@ def kernel_params(cfg: FabricConfig, topo=None) -> dict:
     )
 
 
-def kernel_inputs(cfg: FabricConfig, topo, graph) -> tuple[dict, dict | None]:
+def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, dict | None]:
     """The graph's arrays for the kernel and the shadow-window tables its ingress ports translate through: a graph
     whose transfers carry global addresses (`addr`, from the lowering) gets `host_addr`, each address as its
     issuer's host domain sees it (fabric.address: the program's view), and the tables of every domain
     (endpoint.shadow_windows entries each). A graph that already has `host_addr` keeps it; one without addresses
-    gets no tables (its transfers are addressed by rank)."""
+    gets no tables (its transfers are addressed by rank). rank_map (int[ranks]): the rank now holding each rank's
+    memory window (a spare that took a cut-off rank's work over: fabric.migration)."""
     from fabric.address import build_address_map
     g = as_arrays(graph)
     addr = g.get("addr")
@@ -178,7 +179,10 @@ def kernel_inputs(cfg: FabricConfig, topo, graph) -> tuple[dict, dict | None]:
         addr = np.asarray(addr, np.int64)
         dom = np.asarray(t["node_domain"])[np.clip(np.asarray(g["rank"]), 0, int(t["n_ranks"]) - 1)]
         g = dict(g, host_addr=np.where(addr >= 0, amap.to_host_array(dom, addr), -1))
-    return g, amap.kernel_tables(cfg.endpoint.shadow_windows)
+    tables = amap.kernel_tables(cfg.endpoint.shadow_windows)
+    if rank_map is not None:
+        tables["w_rank"] = np.asarray(rank_map, np.int32)[tables["w_rank"]]
+    return g, tables
 
 
 def as_arrays(obj) -> dict:
@@ -314,11 +318,14 @@ _recorder: list | None = None   # fabric.timeline.recording(): runs append their
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
         slice_events: int = 2_000_000, raise_on_stuck: bool = True, transfers: bool = True,
-        permanent=None) -> RunResult:
+        permanent=None, alive=None, retired=(), rank_map=None, migrate=None) -> RunResult:
     """Execute a task graph on the fabric. faults: transient (kind name, channel, n, k) tuples (see FAULTS);
     permanent: fault specs (fabric.faults; default cfg.faults, () for none); progress: called after every slice of
     `slice_events` events with (events, now_ps, fraction of tasks done); transfers=False leaves
-    RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M)."""
+    RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M). fabric.migration runs a
+    step in segments: `migrate` takes the ranks a fault cuts off to spares (failover.Schedule), and the segment
+    ends at their takeover (outcome "partition", faults["partitions"]); the next one gets the working channels
+    (alive), the ranks out of service (retired) and where each rank's memory window lives now (rank_map)."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
     from fabric.failover import Schedule
@@ -335,9 +342,9 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     n_tasks = len(graph_arrays["kind"])
     check_switch_legs(topo_arrays, graph_arrays)
     check_size(cfg, topo_arrays, graph_arrays, engine)
-    kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays)
+    kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
     eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate)
-    schedule = Schedule(specs, topo, cfg) if specs else None
+    schedule = Schedule(specs, topo, cfg, alive, retired, migrate) if specs else None
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
     recorder = _recorder
@@ -354,16 +361,21 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
             if eng.next_event_ps > due and (outcome == kernel.PAUSED or
                                             (outcome == kernel.DONE and eng.totals()["tasks_left"] > 0)):
                 schedule.apply_due(eng, due)
-                outcome = kernel.PAUSED
+                outcome = "partition" if schedule.stopped else kernel.PAUSED
         if progress is not None:
             progress(eng.events, eng.now_ps, 1.0 - eng.totals()["tasks_left"] / max(n_tasks, 1))
+        if outcome == kernel.STUCK and schedule is not None and schedule.takeover_ps is not None:
+            outcome = "partition"     # what is left waits for the migrating ranks: the segment ends (fabric.migration)
         if outcome != kernel.PAUSED:
             break
     wall = time.perf_counter() - t0
     totals = eng.totals()
     start, end = eng.task_times()
-    stuck = outcome == kernel.STUCK or totals["tasks_left"] > 0    # the watchdog fired, or the events ran out first
-    result = RunResult(engine=engine, outcome="stuck" if stuck else "done", now_ps=eng.now_ps,
+    partition = outcome == "partition"   # a segment that stopped for a migration (fabric.migration)
+    # the watchdog fired, or the events ran out first
+    stuck = not partition and (outcome == kernel.STUCK or totals["tasks_left"] > 0)
+    result = RunResult(engine=engine, outcome="partition" if partition else "stuck" if stuck else "done",
+                       now_ps=eng.now_ps,
                        events=eng.events, wall_s=wall, totals=totals,
                        counters={k: v.copy() for k, v in eng.counters().items()},
                        task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
@@ -376,7 +388,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                              stale_dropped=int(ft["stale_dropped"]), flows_moved=int(ft["flows_moved"]),
                              flows_rewound=int(ft["flows_rewound"]),
                              packets_lost=int(totals["carved"] - totals["delivered"] - ft["reclaimed"]),
-                             dead_channels=[_channel_name(topo, int(c)) for c in np.flatnonzero(eng.dead_channels())])
+                             dead_channels=[_channel_name(topo, int(c)) for c in np.flatnonzero(eng.dead_channels())],
+                             partitions=schedule.partitions, retired=sorted(schedule.retired))
     if recorder is not None:
         interval_ps, samples = eng.samples()
         recorder.append(dict(cfg=cfg, topo=topo, graph=graph, result=result, sample_ps=interval_ps,

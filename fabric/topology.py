@@ -58,6 +58,8 @@ class Topology:
     rank_ports: int = 0            # parallel ports rank -> router; 0 when the rank is its own router
     routing: str = ""              # algorithm the fabric manager used (dor, dor-dateline, updown, shortest)
     node_reduce: np.ndarray = None  # bool[n_nodes]: switch reduces and multicasts in the switch (switch.reduction)
+    n_spares: int = 0              # spare accelerators: the last n_spares ranks (topology.spares), idle until a
+                                   # serving rank migrates to one (fabric.migration)
 
     # ---------------------------------------------------------------- conveniences
     @property
@@ -193,20 +195,25 @@ def build_sd200(cfg: FabricConfig) -> Topology:
     n_dom = dims[0] * dims[1] * dims[2]
     A, N = t.accels_per_domain, t.ports_per_accel
     R = n_dom * A
+    dom = np.concatenate([np.arange(R) // A, np.arange(t.spares) % n_dom]).astype(np.int32)  # spares round robin
     b = _Builder(cfg)
     for r in range(R):
         b.node(f"acc{r}", ACCEL, domain=r // A, coord=_coord(r // A, dims))
+    for k in range(t.spares):
+        b.node(f"spare{k}", ACCEL, domain=int(dom[R + k]), coord=_coord(int(dom[R + k]), dims))
     sw_lat = ps(cfg.switch.latency_ns)
     sw = np.array([b.node(f"sw{d}", SWITCH, domain=d, latency_ps=sw_lat, forwards=True, coord=_coord(d, dims))
                    for d in range(n_dom)], dtype=np.int32)
-    for r in range(R):
+    for r in range(R + t.spares):
         for _ in range(N):
-            b.link(r, int(sw[r // A]))
+            b.link(r, int(sw[dom[r]]))
     _mesh_links(b, sw, dims, (False, False, False), t.links_per_neighbor)
     desc = (f"{n_dom} host domains of {A} accelerators; domain switches in a {'x'.join(map(str, dims))} mesh; "
             f"{N} ports per accelerator, {t.links_per_neighbor} links between neighbouring switches")
-    return b.freeze(f"sd200-{R}", R, "sd200", desc, mesh_dims=dims, mesh_wrap=(False, False, False),
-                    mesh_nodes=sw, rank_router=np.arange(R, dtype=np.int32) // A, rank_ports=N)
+    if t.spares:
+        desc += f"; {t.spares} spare accelerators"
+    return b.freeze(f"sd200-{R}", R + t.spares, "sd200", desc, mesh_dims=dims, mesh_wrap=(False, False, False),
+                    mesh_nodes=sw, rank_router=dom, rank_ports=N, n_spares=t.spares)
 
 
 def build_accel_mesh(cfg: FabricConfig, torus: bool = False) -> Topology:

@@ -48,6 +48,8 @@ def render(r: dict) -> str:
     ]
     if r.get("faults"):
         lines += render_faults(r["faults"])
+    if r.get("migration"):
+        lines += render_migration(r["migration"])
     return "\n".join(lines)
 
 
@@ -69,7 +71,8 @@ def render_faults(f: dict) -> list[str]:
             if key in a:
                 r = a[key]
                 text += (f", {label} {r['at_us']:.1f} us ({r['routing']}, {r['pairs_rerouted']} pairs without a "
-                         f"path, {r['flows_moved']} flows rerouted)")
+                         f"path, {r['flows_moved']} flows rerouted"
+                         + (f"; {', '.join(r['cut_off'])} cut off, migrated)" if "cut_off" in r else ")"))
         if "up_us" in a:
             text += f", up {a['up_us']:.1f} us"
         lines.append(f"                       {text}")
@@ -77,6 +80,24 @@ def render_faults(f: dict) -> list[str]:
     for k in f["links"]:
         lines.append(f"                       {k['channel']:18s} {k['state']:9s} {k['gbps']:8.1f} "
                      f"{k['gbps_nominal']:8.1f} {k['payload_B'] / 1e6:12.3f} {100 * k['utilisation']:7.3f}")
+    return lines
+
+
+def render_migration(m: dict) -> list[str]:
+    """The task-migration section of a report (fabric.migration)."""
+    if not m["events"]:
+        return ["  migration            no serving rank was cut off: nothing migrated"]
+    lines = [f"  migration            TPOT {m['tpot_us']:.1f} us with, {m['tpot_no_fault_us']:.1f} us without; "
+             f"degraded {m['degraded_us']:.1f} us (a rank cut off until its spare took over), "
+             f"{m['fault_to_end_us']:.1f} us from the fault to the step's end"]
+    for e in m["events"]:
+        moves = ", ".join(f"{a} -> {b}" for a, b in e["moves"].items())
+        lines.append(f"                       {e['fault']}: cut off at {e['fault_us']:.1f} us, found "
+                     f"{e['partition_us']:.1f} us; {moves}; took over {e['takeover_us']:.1f} us "
+                     f"({e['migration_us']:.1f} us migration), {e['tasks_kept']} tasks kept, "
+                     f"{e['tasks_restarted']} restarted")
+    lines.append(f"                       {m['packets_abandoned']} packets in flight abandoned at a takeover (their "
+                 f"transfers sent again)")
     return lines
 
 
@@ -89,12 +110,16 @@ def render_faults(f: dict) -> list[str]:
 @click.option("--quiet", is_flag=True, help="no progress bar, print only the TPOT line")
 @timeline_option()
 @fault_option()
+@click.option("--migrate", is_flag=True, default=False,
+              help="a rank a fault cuts off hands its work to a spare (topology.spares) and the step finishes "
+                   "(manager.migrate; docs/faults.md)")
 @friendly
-def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path, faults):
+def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path, faults, migrate):
     check_writable(json_path)
     check_writable(timeline_path, "--timeline")
     from fabric.replay import replay
-    cfg = load(preset, config_file, sets, seed, faults=faults)
+    cfg = load(preset, config_file, sets, seed, overrides={"manager.migrate": True} if migrate else None,
+               faults=faults)
     with progress_bar(not quiet) as progress:
         r = replay(trace, cfg, engine=engine, preset=preset, progress=progress, timeline=timeline_path)
     if quiet:

@@ -140,13 +140,18 @@ cdef int revive_channel(SimC* s, int32_t ch) except -1:
 
 cdef int set_channel_rate(SimC* s, int32_t ch, double ps_per_B) except -1:
     """ch serialises at ps_per_B per wire byte from now on (a link that lost lanes); units on the wire keep theirs.
-    Its open flit is closed (the stream's times are offsets at one rate from one origin: the next unit starts a new
-    flit, the open one's padding is not charged). The Acks and UpdateFCs that cross it leave their fixed-delay lane
-    (its delay was the old flit time)."""
-    s.c[ch].ps_per_B = ps_per_B
-    s.c[ch].flit_ps = max(<ps_t>(ps_per_B * s.flit_B + 0.5), 1)
-    s.c[ch].flit_pos = 0
-    s.c[s.c[ch].ch_rev].lane_ctrl = -1
+    Its open flit is padded out at the old rate (the stream's times are offsets at one rate from one origin): the
+    next unit starts a new flit, no earlier than that flit's end, so its tail cannot overtake the last unit's (whose
+    tail is that flit's end). The Acks and UpdateFCs that cross it leave their fixed-delay lane (its delay was the old
+    flit time)."""
+    cdef ChanC* c = &s.c[ch]
+    if c.flit_pos > 0:                 # flit_open_end at the new rate stays the old end; no unit continues the flit
+        c.flit_base = flit_open_end(s, c)
+        c.flit_off = -s.flit_B
+        c.tx_fin = -1
+    c.ps_per_B = ps_per_B
+    c.flit_ps = max(<ps_t>(ps_per_B * s.flit_B + 0.5), 1)
+    s.c[c.ch_rev].lane_ctrl = -1
     return 0
 
 cdef int unqueue_xfer(SimC* s, int32_t x) except -1 nogil:
@@ -213,8 +218,9 @@ cdef int install_routes(SimC* s, dict keep, object pair_ptr, object path_ptr, ob
     """The fabric manager's new route set (pair_ptr, path_ptr, path_ch, path_vcl as fabric.routing makes them) is
     appended to the paths and the route graph (stale packets still walk the old nodes); every pair's candidates are
     the new ones from now on. Transfers not done whose path is not kept (keep_path[p] false) or that lost a packet
-    are rewound onto the new routes; every channel then arbitrates once."""
-    cdef int64_t n_old, H_old, n_new, i, old_n
+    are rewound onto the new routes, except those of a pair the set leaves without a path (a rank out of service:
+    its packets are lost where its route is dead); every channel then arbitrates once."""
+    cdef int64_t n_old, H_old, n_new, i, old_n, pair
     cdef int32_t x, ch
     cdef HopC* old_hop
     cdef HopC* merged
@@ -271,6 +277,9 @@ cdef int install_routes(SimC* s, dict keep, object pair_ptr, object path_ptr, ob
             continue
         if kp[s.xf[x].path] and not s.x_lost[x]:
             continue
+        pair = <int64_t>s.xf[x].src * s.n_ranks + s.xf[x].dst
+        if s.pair_ptr[pair + 1] == s.pair_ptr[pair]:
+            continue               # a rank taken out of service (its work migrates: fabric.migration): left as is
         s.x_lost[x] = 0
         rewind_xfer(s, x)
     for ch in range(s.n_ch):
