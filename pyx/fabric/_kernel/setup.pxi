@@ -263,10 +263,25 @@ cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
     s.e2e_avail = <int64_t*>keep_full(keep, "e2e_avail", <int64_t>R * R, np.int64, int(p["e2e_window_B"]))
     s.e2e_owed = <int64_t*>keep_full(keep, "e2e_owed", <int64_t>R * R, np.int64)
     s.e2e_quantum = max(int(p["e2e_window_B"]) // 4, 1)
-    s.an_free = <ps_t*>keep_full(keep, "an_free", s.n_ch, np.int64)
-    s.an_origin = <ps_t*>keep_full(keep, "an_origin", s.n_ch, np.int64)
-    s.an_run_B = <int64_t*>keep_full(keep, "an_run_B", s.n_ch, np.int64)
+    if s.analytic:
+        s.t_bytes = <int64_t*>keep_view(keep, "t_bytes", graph["nbytes"], np.int64)
+        setup_analytic(s, keep)
     s.tasks_left = n
+    return 0
+
+
+cdef int setup_analytic(SimC* s, dict keep) except -1:
+    """The analytic engine's channel lines (AnC: idle clocks, the constants its hop reads, 64 B aligned)."""
+    cdef int32_t ch
+    cdef AnC* a
+    raw = np.zeros((s.n_ch + 1) * sizeof(AnC), np.uint8)
+    keep["an"] = raw
+    s.an = <AnC*>((<uintptr_t>cnp.PyArray_DATA(raw) + 63) & ~(<uintptr_t>63))
+    for ch in range(s.n_ch):
+        a = &s.an[ch]
+        a.ps_per_B = s.c[ch].ps_per_B
+        a.lat = s.c[ch].ch_lat
+        a.step = s.c[ch].ch_lat + s.node_lat[s.c[ch].ch_dst] + s.c[ch].flit_ps
     return 0
 
 
