@@ -2,7 +2,7 @@
 # The workload: tasks start when their dependencies complete; compute and reduce tasks occupy their (rank, stream)
 # FIFO, transfers are issued to the endpoints (or timed by the analytic engine: every hop an FCFS server, one
 # event per hop), joins are free. Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an (AnC),
-# t_bytes.
+# ax (AnXC), t_bytes.
 cdef inline ps_t framed_ser(SimC* s, int64_t tlp, double ps_per_B) noexcept nogil:
     """Serialisation of tlp header + payload bytes sent back to back in whole flits, the last one padded (its CRC
     comes at the flit's end): fabric.phy.path_terms."""
@@ -79,9 +79,11 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
     one through its port's translation cache: endpoint.pxi translate; else the flat cost) and its shadow forward
     (or timed by the analytic engine), a compute or reduce task runs for its duration once its (rank, stream) is
     free."""
-    cdef int32_t key, x, p, k
-    cdef int8_t kind = s.t_kind[t]
+    cdef int32_t key, x, k, src, dst
+    cdef int8_t kind = s.t_kind[t], status
+    cdef int64_t total_B
     cdef XferC* xf
+    cdef AnXC* ax
     cdef ps_t when, cost
     cdef bint missed
     s.t_start[t] = s.now
@@ -91,34 +93,38 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
         return 0
     if kind == T_TRANSFER:
         x = s.t_xfer[t]
-        xf = &s.xf[x]
+        if s.analytic:
+            ax = &s.ax[x]
+            src, dst, status, total_B = ax.src, ax.dst, ax.status, s.t_bytes[t]
+        else:
+            xf = &s.xf[x]
+            src, dst, status, total_B = xf.src, xf.dst, xf.status, xf.total_B
         when = s.now + s.issue_ps
         missed = False
         if s.x_addr[x] >= 0:                       # addressed: the ingress port translates (cache, table walk)
-            cost = translate(s, x)
+            cost = translate(s, x, src, status == 0)
             missed = cost > s.xlate_ps
             when += cost
-            if xf.status != 0:
+            if status != 0:
                 s.xl_ur += 1
         else:                                      # addressed by rank: the flat translation cost
             when += s.xlate_ps
-        if xf.src == xf.dst or xf.status != 0:     # local, or Unsupported Request answered by the ingress port
+        if src == dst or status != 0:              # local, or Unsupported Request answered by the ingress port
             return c_push(&s.heap, when, EV_TASK_DONE, -1, t, 0, 0)
         k = s.ln_inject_miss if missed else s.ln_inject
-        if s.node_domain[xf.src] != s.node_domain[xf.dst]:     # a shadow window: forwarded to the owner's domain
+        if s.node_domain[src] != s.node_domain[dst]:           # a shadow window: forwarded to the owner's domain
             when += s.p2p_ps
             k = s.ln_inject_miss_p2p if missed else s.ln_inject_p2p
             if s.x_addr[x] >= 0:
                 s.xl_shadow += 1
-                s.xl_cross_B += xf.total_B
+                s.xl_cross_B += total_B
         if s.analytic:
-            if xf.kind == 1:                   # a load: its read requests (header only), then the completions
-                when = analytic_oneway(s, xf.path, 0, <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B), when)
-                x = xf.partner
-                xf = &s.xf[x]
+            if ax.kind == 1:                   # a load: its read requests (header only), then the completions
+                when = analytic_oneway(s, ax.path, 0, <int32_t>((total_B + s.mrrs_B - 1) // s.mrrs_B), when)
+                ax = &s.ax[ax.partner]
             # the data crosses hops h0.. of its route (an in-switch leg: its one hop), each an FCFS server
             # (hop events carry the task and where its head is: flag 1, the first hop's channel in y)
-            return c_push(&s.heap, when, EV_AN_HOP, xf.at1, t, hv_ch(s, xf.hv0), 1)
+            return c_push(&s.heap, when, EV_AN_HOP, ax.at1, t, hv_ch(s, ax.hv0), 1)
         return c_push_lane(&s.heap, k, when, EV_XFER_INJECT, -1, x, 0, 0)
     if s.t_stream[t] >= 0:
         key = s.t_rank[t] * s.n_streams + s.t_stream[t]

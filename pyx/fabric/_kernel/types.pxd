@@ -149,6 +149,18 @@ cdef struct XferC:
     int8_t d_kind              # = kind
     int8_t _pad2[7]
 
+cdef struct AnXC:              # 32 B: what the analytic engine reads of a transfer (it keeps no XferC: 4x less memory)
+    int32_t src                # = XferC.src ...
+    int32_t dst
+    int32_t path
+    int32_t partner
+    int32_t hv0
+    int32_t at1
+    int32_t task               # the task that issues it (both halves of a load): its bytes are t_bytes[task]
+    int8_t kind
+    int8_t status
+    int8_t _pad[2]
+
 # ------------------------------------------------------------------ routes
 cdef struct HopC:              # a node of the route graph: a route suffix, shared by every route that ends with it
     int32_t hv                 # its first hop: channel << vcl_bits | VC level
@@ -379,6 +391,7 @@ cdef struct SimC:
     int32_t pk_cap                 # packets in the pool (doubles when none is free)
     int32_t pk_free                # first free packet (-1: none)
     XferC* xf                      # transfers (flows): a load is two, its requests and its responses
+    AnXC* ax                       # the analytic engine's transfers instead (xf is NULL then)
     int32_t n_xf
     int32_t* tags_free             # per rank
     int64_t* e2e_avail             # [src*R+dst] receive space dst has granted src and src has not used (B)
