@@ -70,8 +70,9 @@ cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) e
     end = a.free if r == 0 else a.origin + <ps_t>(((q + 1) * s.flit_B) * a.ps_per_B + 0.5)
     if tail > end:
         end = tail
-    if nxt >= 0:
-        return c_push(&s.heap, start + a.step, EV_AN_HOP, nxt, t, end + a.step, 0)
+    if nxt >= 0:            # a head that did not wait steps on a fixed delay after now: its lane (a FIFO)
+        return c_push_lane(&s.heap, a.lane if start == s.now else -1, start + a.step, EV_AN_HOP, nxt, t,
+                           end + a.step, 0)
     return c_push(&s.heap, end + a.lat + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
@@ -124,7 +125,7 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
                 ax = &s.ax[ax.partner]
             # the data crosses hops h0.. of its route (an in-switch leg: its one hop), each an FCFS server
             # (hop events carry the task and where its head is: flag 1, the first hop's channel in y)
-            return c_push(&s.heap, when, EV_AN_HOP, ax.at1, t, hv_ch(s, ax.hv0), 1)
+            return c_push_lane(&s.heap, -1 if ax.kind == 2 else k, when, EV_AN_HOP, ax.at1, t, hv_ch(s, ax.hv0), 1)
         return c_push_lane(&s.heap, k, when, EV_XFER_INJECT, -1, x, 0, 0)
     if s.t_stream[t] >= 0:
         key = s.t_rank[t] * s.n_streams + s.t_stream[t]

@@ -282,6 +282,7 @@ cdef int setup_analytic(SimC* s, dict keep) except -1:
         a.ps_per_B = s.c[ch].ps_per_B
         a.lat = s.c[ch].ch_lat
         a.step = s.c[ch].ch_lat + s.node_lat[s.c[ch].ch_dst] + s.c[ch].flit_ps
+        a.lane = lane_for(&s.heap, a.step)
     return 0
 
 

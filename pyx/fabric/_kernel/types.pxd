@@ -296,7 +296,8 @@ cdef struct AnC:               # 64 B, one line: all that the analytic engine's 
     double ps_per_B            # = ChanC.ps_per_B (copied at set-up: the analytic engine takes no run-time faults)
     ps_t lat                   # = ChanC.ch_lat
     ps_t step                  # head to the next hop: ch_lat + the next node's pipeline + one flit (flit_ps)
-    int64_t _pad[2]
+    int32_t lane               # the event lane of delay `step` (-1: the heap): a head that found the port free
+    int32_t _pad[3]
 
 cdef struct CvC:               # per (channel, VC): credits at the sender, buffer at the receiver
     int64_t cr_used            # cumulative flits consumed
