@@ -232,15 +232,15 @@ cdef int32_t window_find(SimC* s, int32_t dom, int64_t addr, int64_t nbytes, int
     gaddr[0] = s.w_target[lo] + (addr - s.w_base[lo])
     return <int32_t>lo
 
-cdef ps_t translate(SimC* s, int32_t x) noexcept nogil:
-    """The ingress port of transfer x's issuer translates its address (once per transfer, the page of its first
-    byte): a hit in the port's set-associative cache costs xlate_ps, a miss also the walk of the domain's window
-    table (xmiss_ps) and caches the page (LRU way of its set; an Unsupported Request caches nothing). Returns the
-    cost; counts translations (tc_clock) and misses."""
+cdef ps_t translate(SimC* s, int32_t x, int32_t src, bint ok) noexcept nogil:
+    """The ingress port of transfer x's issuer (rank src) translates its address (once per transfer, the page of its
+    first byte): a hit in the port's set-associative cache costs xlate_ps, a miss also the walk of the domain's
+    window table (xmiss_ps) and caches the page (LRU way of its set; an Unsupported Request, not ok, caches
+    nothing). Returns the cost; counts translations (tc_clock) and misses."""
     cdef int64_t page = s.x_addr[x] >> s.page_shift, base, i, victim
     s.tc_clock += 1
     if s.tc_sets > 0:
-        base = (<int64_t>s.xf[x].src * s.tc_sets
+        base = (<int64_t>src * s.tc_sets
                 + <int64_t>(c_mix(<uint64_t>page) & <uint64_t>(s.tc_sets - 1))) * s.tc_ways
         victim = base
         for i in range(base, base + s.tc_ways):
@@ -249,7 +249,7 @@ cdef ps_t translate(SimC* s, int32_t x) noexcept nogil:
                 return s.xlate_ps
             if s.tc_use[i] < s.tc_use[victim]:
                 victim = i
-        if s.xf[x].status == 0:
+        if ok:
             s.tc_tag[victim] = page
             s.tc_use[victim] = s.tc_clock
     s.xl_miss += 1

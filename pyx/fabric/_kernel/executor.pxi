@@ -1,8 +1,8 @@
 # ================================================================== task-graph executor and analytic engine
 # The workload: tasks start when their dependencies complete; compute and reduce tasks occupy their (rank, stream)
 # FIFO, transfers are issued to the endpoints (or timed by the analytic engine: every hop an FCFS server, one
-# event per hop), joins are free. Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an_free,
-# an_origin, an_run_B.
+# event per hop), joins are free. Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an (AnC),
+# ax (AnXC), t_bytes.
 cdef inline ps_t framed_ser(SimC* s, int64_t tlp, double ps_per_B) noexcept nogil:
     """Serialisation of tlp header + payload bytes sent back to back in whole flits, the last one padded (its CRC
     comes at the flit's end): fabric.phy.path_terms."""
@@ -25,52 +25,66 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
             worst = s.c[ch].ps_per_B
     return start + lat + framed_ser(s, nbytes + <int64_t>npk * s.hdr_B, worst)
 
-cdef inline ps_t run_time(SimC* s, int32_t ch, int64_t run_B, bint to_flit_end) noexcept nogil:
-    """Time, from the start of channel ch's current run, at which its run_B-th stream byte is out (or, to_flit_end,
+cdef inline ps_t run_time(SimC* s, AnC* a, int64_t run_B, bint to_flit_end) noexcept nogil:
+    """Time, from the start of channel a's current run, at which its run_B-th stream byte is out (or, to_flit_end,
     the end of the flit that holds it, when that flit's CRC is in)."""
     cdef int64_t P = s.flitpay_B, q = run_B // P, r = run_B - q * P
     if to_flit_end and r:
         q += 1
         r = 0
-    return <ps_t>((q * s.flit_B + r) * s.c[ch].ps_per_B + 0.5)
+    return <ps_t>((q * s.flit_B + r) * a.ps_per_B + 0.5)
 
-cdef int analytic_hop(SimC* s, int32_t x, int32_t h, ps_t tail) except -1 nogil:
-    """Analytic engine, EV_AN_HOP: transfer x's head is at hop h of its route now. Every channel serves whole
-    transfers first come, first served, at its own rate, in the order heads arrive: so a source port, a switch port
-    many senders converge on (incast) and a shared link in between each queue what crosses them. As on the wire
-    (phy.pxi stream_at), a transfer that waited, or comes the instant the last one's bytes are out, continues the
-    channel's run of back-to-back flits (an_origin, an_run_B); one that finds the channel idle starts a new run, after
-    the open flit's padding. Its tail leaves hop h when the flit holding its last byte is out, and no earlier than
-    `tail` (it arrived from upstream). On an idle route this is analytic_oneway's zero-load time exactly. O(1) per
-    hop, one event per hop."""
-    cdef XferC* xf = &s.xf[x]
-    cdef int32_t ch = path_hop_ch(s, xf.path, h)
-    cdef int32_t npk = <int32_t>((xf.total_B + s.maxp_B - 1) // s.maxp_B)
-    cdef ps_t t, end, step, pad_end
+cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) except -1 nogil:
+    """Analytic engine, EV_AN_HOP: the head of task t's transfer is at a hop of its route now: the route-graph node
+    `node`, or (first) channel `tail` with `node` next. Every channel serves whole transfers first come, first
+    served, at its own rate, in the order heads arrive: so a source port, a switch port many senders converge on
+    (incast) and a shared link in between each queue what crosses them. As on the wire (phy.pxi stream_at), a
+    transfer that waited, or comes the instant the last one's bytes are out, continues the channel's run of
+    back-to-back flits (AnC.origin, run_B); one that finds the channel idle starts a new run, after the open flit's
+    padding. Its tail leaves the hop when the flit holding its last byte is out, and no earlier than `tail` (it
+    arrived from upstream). On an idle route this is analytic_oneway's zero-load time exactly. O(1) per hop, one
+    event per hop; it reads one AnC line, a route-graph node (cache-resident) and t_bytes[t] (the graph's column), never the transfer's
+    128 B XferC (random lines: a miss per hop at 1024 ranks)."""
+    cdef int32_t nxt, ch
+    cdef AnC* a
+    cdef int64_t q, r, P = s.flitpay_B
+    cdef ps_t start, end, pad_end
+    if first:
+        ch = <int32_t>tail
+        tail = 0
+        nxt = node
+    else:
+        ch = hv_ch(s, s.hop[node].hv)
+        nxt = s.hop[node].next
+    a = &s.an[ch]
     s.last_progress = s.now                  # a transfer moving on is progress (the watchdog)
-    if s.an_free[ch] < s.now or (s.an_free[ch] == s.now and s.an_run_B[ch] % s.flitpay_B == 0):
-        pad_end = s.an_origin[ch] + run_time(s, ch, s.an_run_B[ch], True)
-        s.an_origin[ch] = pad_end if pad_end > s.now else s.now
-        s.an_run_B[ch] = 0
-    t = s.an_origin[ch] + run_time(s, ch, s.an_run_B[ch], False)
-    s.an_run_B[ch] += xf.total_B + <int64_t>npk * s.hdr_B
-    s.an_free[ch] = s.an_origin[ch] + run_time(s, ch, s.an_run_B[ch], False)
-    end = s.an_origin[ch] + run_time(s, ch, s.an_run_B[ch], True)
+    if a.free < s.now or (a.free == s.now and a.run_B % P == 0):
+        pad_end = a.origin + run_time(s, a, a.run_B, True)
+        a.origin = pad_end if pad_end > s.now else s.now
+        a.run_B = 0
+    start = a.origin + run_time(s, a, a.run_B, False)
+    a.run_B += s.t_bytes[t] + ((s.t_bytes[t] + s.maxp_B - 1) // s.maxp_B) * s.hdr_B     # its packets' wire bytes
+    q = a.run_B // P                         # run_time(.., False) and (.., True) of the new run_B, one division
+    r = a.run_B - q * P
+    a.free = a.origin + <ps_t>((q * s.flit_B + r) * a.ps_per_B + 0.5)
+    end = a.free if r == 0 else a.origin + <ps_t>(((q + 1) * s.flit_B) * a.ps_per_B + 0.5)
     if tail > end:
         end = tail
-    if h + 1 < xf.h0 + xf.hops:
-        step = s.c[ch].ch_lat + s.node_lat[s.c[ch].ch_dst] + s.c[ch].flit_ps
-        return c_push(&s.heap, t + step, EV_AN_HOP, h + 1, x, end + step, 0)
-    return c_push(&s.heap, end + s.c[ch].ch_lat + s.complete_ps, EV_TASK_DONE, -1, xf.task, 0, 0)
+    if nxt >= 0:            # a head that did not wait steps on a fixed delay after now: its lane (a FIFO)
+        return c_push_lane(&s.heap, a.lane if start == s.now else -1, start + a.step, EV_AN_HOP, nxt, t,
+                           end + a.step, 0)
+    return c_push(&s.heap, end + a.lat + s.complete_ps, EV_TASK_DONE, -1, t, 0, 0)
 
 cdef int start_task(SimC* s, int32_t t) except -1 nogil:
     """Task t is ready: a join completes at once, a transfer is issued after its ingress translation (an addressed
     one through its port's translation cache: endpoint.pxi translate; else the flat cost) and its shadow forward
     (or timed by the analytic engine), a compute or reduce task runs for its duration once its (rank, stream) is
     free."""
-    cdef int32_t key, x, p, k
-    cdef int8_t kind = s.t_kind[t]
+    cdef int32_t key, x, k, src, dst
+    cdef int8_t kind = s.t_kind[t], status
+    cdef int64_t total_B
     cdef XferC* xf
+    cdef AnXC* ax
     cdef ps_t when, cost
     cdef bint missed
     s.t_start[t] = s.now
@@ -80,33 +94,38 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
         return 0
     if kind == T_TRANSFER:
         x = s.t_xfer[t]
-        xf = &s.xf[x]
+        if s.analytic:
+            ax = &s.ax[x]
+            src, dst, status, total_B = ax.src, ax.dst, ax.status, s.t_bytes[t]
+        else:
+            xf = &s.xf[x]
+            src, dst, status, total_B = xf.src, xf.dst, xf.status, xf.total_B
         when = s.now + s.issue_ps
         missed = False
         if s.x_addr[x] >= 0:                       # addressed: the ingress port translates (cache, table walk)
-            cost = translate(s, x)
+            cost = translate(s, x, src, status == 0)
             missed = cost > s.xlate_ps
             when += cost
-            if xf.status != 0:
+            if status != 0:
                 s.xl_ur += 1
         else:                                      # addressed by rank: the flat translation cost
             when += s.xlate_ps
-        if xf.src == xf.dst or xf.status != 0:     # local, or Unsupported Request answered by the ingress port
+        if src == dst or status != 0:              # local, or Unsupported Request answered by the ingress port
             return c_push(&s.heap, when, EV_TASK_DONE, -1, t, 0, 0)
         k = s.ln_inject_miss if missed else s.ln_inject
-        if s.node_domain[xf.src] != s.node_domain[xf.dst]:     # a shadow window: forwarded to the owner's domain
+        if s.node_domain[src] != s.node_domain[dst]:           # a shadow window: forwarded to the owner's domain
             when += s.p2p_ps
             k = s.ln_inject_miss_p2p if missed else s.ln_inject_p2p
             if s.x_addr[x] >= 0:
                 s.xl_shadow += 1
-                s.xl_cross_B += xf.total_B
+                s.xl_cross_B += total_B
         if s.analytic:
-            if xf.kind == 1:                   # a load: its read requests (header only), then the completions
-                when = analytic_oneway(s, xf.path, 0, <int32_t>((xf.total_B + s.mrrs_B - 1) // s.mrrs_B), when)
-                x = xf.partner
-                xf = &s.xf[x]
+            if ax.kind == 1:                   # a load: its read requests (header only), then the completions
+                when = analytic_oneway(s, ax.path, 0, <int32_t>((total_B + s.mrrs_B - 1) // s.mrrs_B), when)
+                ax = &s.ax[ax.partner]
             # the data crosses hops h0.. of its route (an in-switch leg: its one hop), each an FCFS server
-            return c_push(&s.heap, when, EV_AN_HOP, xf.h0, x, 0, 0)
+            # (hop events carry the task and where its head is: flag 1, the first hop's channel in y)
+            return c_push_lane(&s.heap, -1 if ax.kind == 2 else k, when, EV_AN_HOP, ax.at1, t, hv_ch(s, ax.hv0), 1)
         return c_push_lane(&s.heap, k, when, EV_XFER_INJECT, -1, x, 0, 0)
     if s.t_stream[t] >= 0:
         key = s.t_rank[t] * s.n_streams + s.t_stream[t]

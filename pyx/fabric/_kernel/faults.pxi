@@ -206,7 +206,7 @@ cdef int rewind_xfer(SimC* s, int32_t x) except -1 nogil:
     xf.hops = <int16_t>path_len(s, p)
     xf.h0 = 0
     if xf.kind == 3:
-        switch_leg(s, x, 3 if down_leg else 2)
+        switch_leg(s, xf, 3 if down_leg else 2)
     xf.grant_ps = return_latency(s, xf.dst, xf.src, x)
     s.flows_moved += 1
     if active and xf.carved_B < xf.avail_B:

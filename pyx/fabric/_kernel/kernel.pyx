@@ -8,7 +8,7 @@
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy
 from libc.math cimport log, log1p, expm1, ceil
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, INT64_MAX
 cimport numpy as cnp
 import numpy as np
 
@@ -68,6 +68,7 @@ cdef class Engine:
         q_free(&self.s.heap)
         free(self.s.pk)
         free(self.s.xf)
+        free(self.s.ax)
         free(self.s.ring)
         free(self.s.c)
         free(self.s.hop)
@@ -161,6 +162,7 @@ cdef class Engine:
 
     def install_routes(self, pair_ptr, path_ptr, path_ch, path_vcl, keep_path):
         """A new route set from the fabric manager; transfers whose path is not kept are rewound onto it."""
+        self._check_ch(0)
         install_routes(&self.s, self._keep, pair_ptr, path_ptr, path_ch, path_vcl, keep_path)
 
     def routes(self):
@@ -182,6 +184,8 @@ cdef class Engine:
         return np.array([self.s.c[i].down_until == INT64_MAX for i in range(self.s.n_ch)], bool)
 
     def _check_ch(self, int32_t ch):
+        if self.s.analytic:
+            raise ValueError("permanent faults need the packet engine (the analytic engine keeps no packets)")
         if not 0 <= ch < self.s.n_ch:
             raise ValueError(f"channel {ch} does not exist (0..{self.s.n_ch - 1})")
 
@@ -301,12 +305,19 @@ cdef class Engine:
         """Per transfer: src, dst, bytes total/delivered, status (0 ok, 1 unsupported request), start ps."""
         cdef int32_t i
         cdef XferC* xf
+        cdef AnXC* ax
         n = self.s.n_xf
         names = ("src", "dst", "total_B", "delivered_B", "status", "start_ps", "kind", "path")
         table = np.zeros((len(names), n), np.int64)
         csum = np.zeros(n, np.uint64)
         cdef int64_t[:, ::1] t = table
         cdef uint64_t[::1] c = csum
+        if self.s.analytic:                # its compact records: nothing delivered, no packets
+            for i in range(n):
+                ax = &self.s.ax[i]
+                t[0, i] = ax.src; t[1, i] = ax.dst; t[2, i] = self.s.t_bytes[ax.task]; t[4, i] = ax.status
+                t[6, i] = ax.kind; t[7, i] = ax.path
+            n = 0
         for i in range(n):                 # C loop: ~1 M transfers in a decode step
             xf = &self.s.xf[i]
             t[0, i] = xf.src; t[1, i] = xf.dst; t[2, i] = xf.total_B; t[3, i] = xf.delivered_B

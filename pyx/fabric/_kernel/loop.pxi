@@ -89,7 +89,7 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
         elif typ == EV_TASK_DONE:               # executor.pxi
             complete_task(s, e.x)
         elif typ == EV_AN_HOP:                  # executor.pxi (analytic engine)
-            analytic_hop(s, e.x, e.ch, e.y)
+            analytic_hop(s, e.x, e.ch, e.y, ev_flag(&e))
         elif typ == EV_E2E_GRANT:               # endpoint.pxi
             on_grant(s, &e)
         elif typ == EV_XFER_INJECT:             # endpoint.pxi

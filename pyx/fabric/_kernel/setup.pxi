@@ -263,10 +263,26 @@ cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
     s.e2e_avail = <int64_t*>keep_full(keep, "e2e_avail", <int64_t>R * R, np.int64, int(p["e2e_window_B"]))
     s.e2e_owed = <int64_t*>keep_full(keep, "e2e_owed", <int64_t>R * R, np.int64)
     s.e2e_quantum = max(int(p["e2e_window_B"]) // 4, 1)
-    s.an_free = <ps_t*>keep_full(keep, "an_free", s.n_ch, np.int64)
-    s.an_origin = <ps_t*>keep_full(keep, "an_origin", s.n_ch, np.int64)
-    s.an_run_B = <int64_t*>keep_full(keep, "an_run_B", s.n_ch, np.int64)
+    if s.analytic:
+        s.t_bytes = <int64_t*>keep_view(keep, "t_bytes", graph["nbytes"], np.int64)
+        setup_analytic(s, keep)
     s.tasks_left = n
+    return 0
+
+
+cdef int setup_analytic(SimC* s, dict keep) except -1:
+    """The analytic engine's channel lines (AnC: idle clocks, the constants its hop reads, 64 B aligned)."""
+    cdef int32_t ch
+    cdef AnC* a
+    raw = np.zeros((s.n_ch + 1) * sizeof(AnC), np.uint8)
+    keep["an"] = raw
+    s.an = <AnC*>((<uintptr_t>cnp.PyArray_DATA(raw) + 63) & ~(<uintptr_t>63))
+    for ch in range(s.n_ch):
+        a = &s.an[ch]
+        a.ps_per_B = s.c[ch].ps_per_B
+        a.lat = s.c[ch].ch_lat
+        a.step = s.c[ch].ch_lat + s.node_lat[s.c[ch].ch_dst] + s.c[ch].flit_ps
+        a.lane = lane_for(&s.heap, a.step)
     return 0
 
 
@@ -318,6 +334,8 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
     (window_find), whatever its peer says; in no window, it is an Unsupported Request."""
     cdef int32_t t, x, r, q, n_xf, extra, w
     cdef int64_t gaddr
+    cdef XferC scratch
+    cdef XferC* xf
     cdef Py_ssize_t i
     cdef bint load
     kind = keep["t_kind"]
@@ -335,10 +353,15 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
     n_xf = len(tasks_a) + int((op_a == 1).sum())
     s.x_addr = <int64_t*>keep_full(keep, "x_addr", n_xf, np.int64, -1)
     s.n_xf = n_xf
-    s.xf = <XferC*>aligned_alloc(64, <size_t>max(n_xf, 1) * sizeof(XferC))    # one record = two cache lines
-    if s.xf == NULL:
-        raise MemoryError("transfers")
-    memset(s.xf, 0, <size_t>max(n_xf, 1) * sizeof(XferC))
+    if s.analytic:        # its compact records, each filled from a scratch XferC (the same set-up as the packets')
+        s.ax = <AnXC*>aligned_alloc(64, <size_t>(max(n_xf, 1) + 1) // 2 * 2 * sizeof(AnXC))
+        if s.ax == NULL:
+            raise MemoryError("transfers")
+    else:
+        s.xf = <XferC*>aligned_alloc(64, <size_t>max(n_xf, 1) * sizeof(XferC))    # one record = two cache lines
+        if s.xf == NULL:
+            raise MemoryError("transfers")
+        memset(s.xf, 0, <size_t>max(n_xf, 1) * sizeof(XferC))
     t_xfer = np.full(s.n_tasks, -1, np.int32)
     cdef int32_t[::1] t_xfer_v = t_xfer
     x = 0
@@ -353,24 +376,28 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
             q = s.w_rank[w] if w >= 0 else -1
         load = op[i] == 1
         t_xfer_v[t] = x
-        init_xfer(s, x, r, q, nbytes[i], t, 1 if load else 0, 0, extra if load else -1)
+        xf = &scratch if s.analytic else &s.xf[x]
+        init_xfer(s, xf, x, r, q, nbytes[i], -1 if load else t, 1 if load else 0, 0, extra if load else -1)
         if op[i] == 2 or op[i] == 3:
-            switch_leg(s, x, op[i])
+            switch_leg(s, xf, op[i])
+        if s.analytic:
+            an_xfer(s, x, xf, t)
         if load:    # the response flow: data from the owner back to the requester
-            init_xfer(s, extra, q, r, nbytes[i], -1, 2, 1, x)
-            s.xf[x].task = -1
-            s.xf[extra].task = t
+            xf = &scratch if s.analytic else &s.xf[extra]
+            init_xfer(s, xf, extra, q, r, nbytes[i], t, 2, 1, x)
+            if s.analytic:
+                an_xfer(s, extra, xf, t)
             extra += 1
         x += 1
     s.t_xfer = <int32_t*>keep_view(keep, "t_xfer", t_xfer, np.int32)
     return 0
 
 
-cdef void init_xfer(SimC* s, int32_t x, int32_t src, int32_t dst, int64_t nbytes, int32_t task, int8_t kind,
-                    int8_t cls, int32_t partner) noexcept nogil:
-    """Transfer x: src -> dst, nbytes; its path (the flow id picks among the pair's candidates) and first hops; an
-    Unsupported Request when an end is no rank or no path joins them."""
-    cdef XferC* xf = &s.xf[x]
+cdef void init_xfer(SimC* s, XferC* xf, int32_t x, int32_t src, int32_t dst, int64_t nbytes, int32_t task,
+                    int8_t kind, int8_t cls, int32_t partner) noexcept nogil:
+    """Transfer x (record xf): src -> dst, nbytes; its path (the flow id x picks among the pair's candidates) and
+    first hops; an Unsupported Request when an end is no rank or no path joins them."""
+    memset(xf, 0, sizeof(XferC))
     xf.total_B = nbytes
     xf.avail_B = 0 if kind == 2 else nbytes
     xf.src = src; xf.dst = dst; xf.task = task; xf.kind = kind; xf.cls = cls; xf.partner = partner
@@ -384,18 +411,18 @@ cdef void init_xfer(SimC* s, int32_t x, int32_t src, int32_t dst, int64_t nbytes
     if src != dst and xf.path < 0:
         xf.status = 1
     if xf.path >= 0:
-        xf.grant_ps = return_latency(s, dst, src, x)
+        if not s.analytic:       # end-to-end grants: packets only
+            xf.grant_ps = return_latency(s, dst, src, x)
         xf.hv0 = s.path_hv[s.path_ptr[xf.path]]
         xf.at1 = s.path_at1[xf.path]
         xf.hops = <int16_t>path_len(s, xf.path)
 
 
-cdef void switch_leg(SimC* s, int32_t x, int8_t op) noexcept nogil:
+cdef void switch_leg(SimC* s, XferC* xf, int8_t op) noexcept nogil:
     """In-switch legs (issue 16, NVLS): the route r -> q trimmed to its first hop (op 2, UP: r's port into its
     switch; the packets are consumed by the switch's reduce/multicast engine) or to its last hop (op 3, DOWN: the
     switch's port to q; the packets are injected at the switch). Kind 3: no end-to-end window (the switch engine
     buffers; link credits still apply), no read tags."""
-    cdef XferC* xf = &s.xf[x]
     cdef int32_t n
     xf.kind = 3
     xf.d_kind = 3
@@ -407,6 +434,13 @@ cdef void switch_leg(SimC* s, int32_t x, int8_t op) noexcept nogil:
         xf.h0 = <int16_t>(n - 1)
     xf.at1 = -1
     xf.hops = 1
+
+
+cdef void an_xfer(SimC* s, int32_t x, XferC* xf, int32_t task) noexcept nogil:
+    """The analytic engine's record of transfer x: what it reads of xf (AnXC), its bytes by the issuing task."""
+    cdef AnXC* a = &s.ax[x]
+    a.src = xf.src; a.dst = xf.dst; a.path = xf.path; a.partner = xf.partner
+    a.hv0 = xf.hv0; a.at1 = xf.at1; a.task = task; a.kind = xf.kind; a.status = xf.status
 
 
 cdef ps_t return_latency(SimC* s, int32_t src, int32_t dst, int32_t flow) noexcept nogil:

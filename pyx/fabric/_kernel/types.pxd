@@ -41,7 +41,8 @@ cdef enum EventType:
     EV_TASK_DONE = 11      # task x finished (compute, reduce, transfer completion)
     EV_XFER_INJECT = 12    # transfer x is issued at its source port
     EV_E2E_GRANT = 13      # receive space (y bytes) freed at rank x is granted back to rank ch (its source)
-    EV_AN_HOP = 14         # analytic engine: transfer x's head reaches hop ch of its route (y = earliest tail end)
+    EV_AN_HOP = 14         # analytic engine: task x's transfer's head reaches route-graph node ch (y = earliest
+                           # tail end); flag 1: its first hop, channel y, node ch next
 
 cdef struct EventC:            # 32 B: two per cache line, four siblings of the 4-ary heap in two lines
     ps_t time                  # when it fires
@@ -152,6 +153,18 @@ cdef struct XferC:
     int32_t d_dst              # = dst
     int8_t d_kind              # = kind
     int8_t _pad2[7]
+
+cdef struct AnXC:              # 32 B: what the analytic engine reads of a transfer (it keeps no XferC: 4x less memory)
+    int32_t src                # = XferC.src ...
+    int32_t dst
+    int32_t path
+    int32_t partner
+    int32_t hv0
+    int32_t at1
+    int32_t task               # the task that issues it (both halves of a load): its bytes are t_bytes[task]
+    int8_t kind
+    int8_t status
+    int8_t _pad[2]
 
 # ------------------------------------------------------------------ routes
 cdef struct HopC:              # a node of the route graph: a route suffix, shared by every route that ends with it
@@ -281,6 +294,16 @@ cdef struct CntC:              # counters exposed to Python (int64 columns: stri
     int64_t flits              # flits a data unit opened on the wire (padding included, control-only flits not)
     int64_t _pad[5]            # 192 B: three whole cache lines
 
+cdef struct AnC:               # 64 B, one line: all that the analytic engine's hop reads and writes of a channel
+    ps_t free                  # when its port is free
+    ps_t origin                # the start of its current run of back-to-back flits
+    int64_t run_B              # header + payload bytes sent in that run so far
+    double ps_per_B            # = ChanC.ps_per_B (copied at set-up: the analytic engine takes no run-time faults)
+    ps_t lat                   # = ChanC.ch_lat
+    ps_t step                  # head to the next hop: ch_lat + the next node's pipeline + one flit (flit_ps)
+    int32_t lane               # the event lane of delay `step` (-1: the heap): a head that found the port free
+    int32_t _pad[3]
+
 cdef struct CvC:               # per (channel, VC): credits at the sender, buffer at the receiver
     int64_t cr_used            # cumulative flits consumed
     int64_t cr_limit           # cumulative flits allowed (last UpdateFC + pool)
@@ -374,6 +397,7 @@ cdef struct SimC:
     int32_t pk_cap                 # packets in the pool (doubles when none is free)
     int32_t pk_free                # first free packet (-1: none)
     XferC* xf                      # transfers (flows): a load is two, its requests and its responses
+    AnXC* ax                       # the analytic engine's transfers instead (xf is NULL then)
     int32_t n_xf
     int32_t* tags_free             # per rank
     int64_t* e2e_avail             # [src*R+dst] receive space dst has granted src and src has not used (B)
@@ -404,9 +428,8 @@ cdef struct SimC:
     int32_t* s_tail
     int32_t* t_next
     int32_t* work                  # stack of tasks that became ready (work[0]: how many)
-    ps_t* an_free                  # analytic engine: when each channel's port is free
-    ps_t* an_origin                # ... the start of its current run of back-to-back flits
-    int64_t* an_run_B              # ... and the header + payload bytes sent in that run so far
+    AnC* an                        # analytic engine: [ch] its port clock and constants (one line per channel)
+    int64_t* t_bytes               # analytic engine: [t] bytes task t's transfer moves (= its XferC.total_B)
     # ---- link counter sampling for timelines (sample.pxi); off: next_sample = INT64_MAX, one compare per event
     ps_t next_sample               # time of the next sample (INT64_MAX: sampling off)
     ps_t sample_ps                 # interval between samples (doubles each time the ring fills)
