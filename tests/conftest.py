@@ -57,14 +57,18 @@ def pytest_configure(config):
     global _SEED, _STDERR_FD
     _STDERR_FD = os.dup(2)          # captured around each test: a dump written to fd 2 then dies with the process
     config.addinivalue_line("markers", "timeout(seconds): this test's time limit (tests/conftest.py)")
-    from hypothesis import core
+    from hypothesis import core, settings
     forced = config.getoption("hypothesis_seed", None)
+    env = os.environ.get("FABRIC_TEST_SEED")
     if forced is not None:
         _SEED = forced
-    else:
-        env = os.environ.get("FABRIC_TEST_SEED")
+    elif env or not settings.default.derandomize:
         _SEED = int(env) if env else random.SystemRandom().randrange(1 << 32)
+        if settings.default.derandomize:       # hypothesis' CI profile ignores seeds: a seed given beats it
+            settings.register_profile("fabric-seeded", parent=settings.default, derandomize=False)
+            settings.load_profile("fabric-seeded")
         core.global_force_seed = _SEED
+    # else: hypothesis' CI profile (CI set): the same examples on every run, no seed to print (_SEED None)
     # address space, not resident memory: every thread reserves a stack and a malloc arena, hence the per-core term
     default_mb = max(4 << 10, min((8 << 10) + 256 * (os.cpu_count() or 1), _machine_mb() * 3 // 4))
     mem_mb = int(os.environ.get("FABRIC_TEST_MEM_MB", default_mb))
@@ -81,13 +85,18 @@ def pytest_configure(config):
             pass
 
 
+def _seed_note() -> str:
+    return str(_SEED) if _SEED is not None else "none (CI profile)"
+
+
 def pytest_report_header(config):
-    return (f"hypothesis seed: {_SEED} (replay: FABRIC_TEST_SEED={_SEED} or --hypothesis-seed={_SEED}); "
-            f"time limit {os.environ.get('FABRIC_TEST_TIMEOUT', DEFAULT_TIMEOUT_S)} s per test")
+    seed = (f"hypothesis seed: {_SEED} (replay: FABRIC_TEST_SEED={_SEED} or --hypothesis-seed={_SEED})"
+            if _SEED is not None else "hypothesis: CI profile, derandomized (the same examples on every run)")
+    return f"{seed}; time limit {os.environ.get('FABRIC_TEST_TIMEOUT', DEFAULT_TIMEOUT_S)} s per test"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if exitstatus not in (0, 5):
+    if exitstatus not in (0, 5) and _SEED is not None:
         terminalreporter.write_line(f"hypothesis seed of this session: {_SEED}; rerun with "
                                     f"FABRIC_TEST_SEED={_SEED} to replay the same examples")
 
@@ -112,11 +121,11 @@ def pytest_runtest_call(item):
 
     def expire(signum, frame):
         raise TestTimeout(f"{item.nodeid} ran past its {limit:g} s limit (FABRIC_TEST_TIMEOUT, "
-                          f"@pytest.mark.timeout); hypothesis seed {_SEED}")
+                          f"@pytest.mark.timeout); hypothesis seed {_seed_note()}")
 
     def stuck():                    # a thread: runs while the kernel's loop is stuck without the GIL
         os.write(out, f"\n{item.nodeid} is stuck past its {limit:g} s limit where SIGALRM cannot interrupt it; "
-                      f"hypothesis seed {_SEED}; every thread's stack follows, then the process ends\n".encode())
+                      f"hypothesis seed {_seed_note()}; every thread's stack follows, then the process ends\n".encode())
 
     out = _STDERR_FD if _STDERR_FD is not None else sys.stderr.fileno()
     previous = signal.signal(signal.SIGALRM, expire)
