@@ -71,7 +71,8 @@ def _node(t: T.OpTable, i: int, rank: int, sizes: np.ndarray) -> bytes:
         send = kind == T.KIND_SEND
         peer = int(t.peer[i])
         n.type = S.COMM_SEND_NODE if send else S.COMM_RECV_NODE
-        attrs += [_attr("comm_src", int64_val=rank if send else peer), _attr("comm_dst", int64_val=peer if send else rank),
+        src, dst = (rank, peer) if send else (peer, rank)
+        attrs += [_attr("comm_src", int64_val=src), _attr("comm_dst", int64_val=dst),
                   _attr("comm_size", int64_val=int(t.coll_bytes[i])), _attr("comm_tag", int64_val=0)]
     n.attr.extend(attrs)
     return S.framed(n)
