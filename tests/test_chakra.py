@@ -144,3 +144,16 @@ def test_bad_chakra_input_is_one_line(tmp_path, case, message):
         chakra.import_trace(src)
     r = CliRunner().invoke(trace_cli, ["import-chakra", str(src), "-o", str(tmp_path / "t.h5")])
     assert r.exit_code == 2 and message in r.output and r.output.count("\n") == 1
+
+
+def test_metadata_nodes_are_dropped_and_their_dependencies_kept(tmp_path):
+    """A metadata node between two ops (as Chakra's PyTorch converter writes process-group records) is no op: the
+    op after it waits for the op before it."""
+    meta = S.framed(S.GlobalMetadata(version="0.0.4"))
+    a = S.Node(id=1, name="a", type=S.COMP_NODE, duration_micros=3)
+    m = S.Node(id=2, name="pg", type=S.METADATA_NODE, data_deps=[1])
+    m2 = S.Node(id=3, name="pg2", type=S.METADATA_NODE, ctrl_deps=[2])
+    b = S.Node(id=4, name="b", type=S.COMP_NODE, duration_micros=5, data_deps=[3])
+    (tmp_path / "x.0.et").write_bytes(meta + b"".join(S.framed(n) for n in (b, m2, a, m)))
+    t = chakra.import_trace(tmp_path).ops[0]
+    assert list(t.name) == ["a", "b"] and [list(t.deps(i)) for i in range(2)] == [[], [0]]

@@ -138,18 +138,20 @@ def _read_rank(path: Path, data: bytes) -> tuple[dict, list]:
     return meta, nodes
 
 
-def _ordered(nodes, path) -> list:
+def _ordered(nodes, path) -> tuple[list, dict]:
     """Nodes in an order where each comes after its dependencies (file order where it already is): ops of one
-    stream run in table order, so a node listed before one it waits for would wait for ever."""
+    stream run in table order, so a node listed before one it waits for would wait for ever. Metadata nodes (trace
+    and process-group information, no work) are dropped: what waited for one waits for what it waited for. Returns
+    the nodes kept and, by node id, the ids of the kept nodes each depends on."""
     pos = {}
     for k, n in enumerate(nodes):
         if n.id in pos:
             raise TraceError(f"{path}: node id {n.id} appears twice")
         pos[n.id] = k
-    deps = [[pos[d] for d in (*n.data_deps, *n.ctrl_deps) if d in pos] for n in nodes]
     dangling = [(n.id, d) for n in nodes for d in (*n.data_deps, *n.ctrl_deps) if d not in pos]
     if dangling:
         raise TraceError(f"{path}: node {dangling[0][0]} depends on node {dangling[0][1]}, which is not in the file")
+    deps = [[pos[d] for d in (*n.data_deps, *n.ctrl_deps)] for n in nodes]
     succ = [[] for _ in nodes]
     left = [len(d) for d in deps]
     for k, ds in enumerate(deps):
@@ -167,7 +169,19 @@ def _ordered(nodes, path) -> list:
                 heapq.heappush(ready, s)
     if len(order) < len(nodes):
         raise TraceError(f"{path}: the dependencies form a cycle")
-    return [nodes[k] for k in order]
+    meta = [n.type == S.METADATA_NODE for n in nodes]
+    through = {}                        # a metadata node -> the kept nodes it stands for (its dependencies)
+    kept, kept_deps = [], {}
+    for k in order:                     # dependencies first, so `through` is complete when it is read
+        ids = set()
+        for d in deps[k]:
+            ids.update(through[d] if meta[d] else (nodes[d].id,))
+        if meta[k]:
+            through[k] = ids
+        else:
+            kept.append(nodes[k])
+            kept_deps[nodes[k].id] = ids
+    return kept, kept_deps
 
 
 def _row(n, a: dict, groups: dict, path) -> dict:
@@ -211,10 +225,10 @@ def import_trace(in_dir) -> T.Trace:
         data = path.read_bytes()
         if data not in parsed:          # the ranks of a TP trace have identical files: parse one
             meta, nodes = _read_rank(path, data)
-            nodes = _ordered(nodes, path)
+            nodes, node_deps = _ordered(nodes, path)
             where = {n.id: k for k, n in enumerate(nodes)}
             parsed[data] = (meta, [_row(n, _attrs(n), groups_of, path) for n in nodes],
-                            [sorted(where[d] for d in (*n.data_deps, *n.ctrl_deps)) for n in nodes])
+                            [sorted(where[d] for d in node_deps[n.id]) for n in nodes])
         meta, rows, deps = parsed[data]
         meta0 = meta0 if meta0 is not None else meta
         for r in rows:
