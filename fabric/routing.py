@@ -54,18 +54,23 @@ def route(topo: Topology, method: str = "auto", *, datelines: bool = True, max_c
 
 # ---------------------------------------------------------------- dimension order on a router mesh
 
+def mesh_lanes(topo: Topology) -> tuple[dict[tuple[int, int], list[int]], int]:
+    """The parallel channels (lanes) from each mesh router to each neighbour, in lane order, and the most of them."""
+    is_router = np.zeros(topo.n_nodes, dtype=bool)
+    is_router[topo.mesh_nodes] = True
+    between = np.nonzero(is_router[topo.ch_src] & is_router[topo.ch_dst])[0]
+    lanes: dict[tuple[int, int], list[int]] = {}
+    for c in between:  # channel ids ascend with lane index, so each list is in lane order
+        lanes.setdefault((int(topo.ch_src[c]), int(topo.ch_dst[c])), []).append(int(c))
+    return lanes, max((len(v) for v in lanes.values()), default=1)
+
+
 def _router_candidates(topo: Topology, datelines: bool):
     """Candidate router-level paths for every router pair: (cnt[S*S], start[S*S], cand_ptr, cand_ch, cand_vcl)."""
     dims, wrap, nodes = topo.mesh_dims, topo.mesh_wrap, topo.mesh_nodes
     X, Y, Z = dims
     S = X * Y * Z
-    is_router = np.zeros(topo.n_nodes, dtype=bool)
-    is_router[nodes] = True
-    between = np.nonzero(is_router[topo.ch_src] & is_router[topo.ch_dst])[0]
-    lanes: dict[tuple[int, int], list[int]] = {}
-    for c in between:  # channel ids ascend with lane index, so each list is in lane order
-        lanes.setdefault((int(topo.ch_src[c]), int(topo.ch_dst[c])), []).append(int(c))
-    width = max((len(v) for v in lanes.values()), default=1)
+    lanes, width = mesh_lanes(topo)
 
     # per router and direction (2 * dim + (step < 0)) the lane channels to its neighbour there; the loop over
     # router pairs runs in the kernel extension (manager.pxi), ~100x the pure-Python loop it replaces

@@ -233,13 +233,7 @@ def reference_router_candidates(topo, datelines: bool):
     dims, wrap, nodes = topo.mesh_dims, topo.mesh_wrap, topo.mesh_nodes
     X, Y, Z = dims
     S = X * Y * Z
-    is_router = np.zeros(topo.n_nodes, dtype=bool)
-    is_router[nodes] = True
-    between = np.nonzero(is_router[topo.ch_src] & is_router[topo.ch_dst])[0]
-    lanes: dict[tuple[int, int], list[int]] = {}
-    for c in between:  # channel ids ascend with lane index, so each list is in lane order
-        lanes.setdefault((int(topo.ch_src[c]), int(topo.ch_dst[c])), []).append(int(c))
-    width = max((len(v) for v in lanes.values()), default=1)
+    lanes, width = routing.mesh_lanes(topo)
 
     cnt = np.zeros(S * S, dtype=np.int64)
     start = np.zeros(S * S, dtype=np.int64)

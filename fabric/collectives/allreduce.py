@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabric.collectives._frag import FragBuilder
+from fabric.collectives._frag import FragBuilder, bounds
 from fabric.collectives.allgather import ag_direct, ag_doubling, ag_ring
-from fabric.collectives.reduce_scatter import pairs, rs_direct, rs_halving, rs_ring
-from fabric.collectives._frag import bounds
+from fabric.collectives.reduce_scatter import pairs, reduce_arrivals, reduce_slots, rs_direct, rs_halving, rs_ring
 from fabric.taskgraph import BUF_IN, BUF_OUT, BUF_TMP
 
 
@@ -38,19 +37,7 @@ def oneshot(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
     i, j = pairs(n)
     issue, seen = fb.xfer(i, j, M, BUF_IN, 0, BUF_TMP, i * M)
     fb.edge(ready[i], issue)
-    r = np.arange(n)
-    w = fb.wait(r)
-    fb.edge(seen, w[j])
-    fb.edge(ready, w)
-    others = (r[:, None] + np.arange(1, n)[None, :]) % n
-    offs = np.concatenate([np.zeros((n, 1), np.int64), others * M], axis=1)
-    bufs = np.array([[BUF_IN] + [BUF_TMP] * (n - 1)], np.int8)
-    red = fb.reduce(r, M, BUF_OUT, 0, bufs, offs)
-    fb.edge(w, red)
-    fb.need(BUF_IN, M)
-    fb.need(BUF_OUT, M)
-    fb.need(BUF_TMP, n * M)
-    return red
+    return reduce_arrivals(fb, ready, seen, j, M, 0, M, M)
 
 
 def twoshot(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
@@ -103,34 +90,15 @@ def _ready_flags(fb: FragBuilder, ready: np.ndarray) -> tuple[np.ndarray, np.nda
     return i, j, f
 
 
-def _reduce_slots(fb: FragBuilder, length, out_buf, out_off, own_buf, own_off, slot) -> np.ndarray:
-    """Each rank r reduces its own operand (own_buf, own_off[r]) and peer k's TMP slot `slot[r, k]` into out."""
-    n = fb.n
-    r = np.arange(n)
-    others = (r[:, None] + np.arange(1, n)[None, :]) % n
-    offs = np.concatenate([np.broadcast_to(np.asarray(own_off, np.int64), (n,))[:, None],
-                           slot[r[:, None], others]], axis=1)
-    bufs = np.array([[own_buf] + [BUF_TMP] * (n - 1)], np.int8)
-    return fb.reduce(r, length, out_buf, out_off, bufs, offs)
-
-
 def oneshot_load(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> list:
     n, M = fb.n, int(nbytes)
     i, j, f = _ready_flags(fb, ready)
     issue, done = fb.load(i, j, M, BUF_IN, 0, BUF_TMP, j * M)
     fb.edge(f, issue)
     fb.edge(ready[i], issue)
-    r = np.arange(n)
-    w = fb.wait(r)
-    fb.edge(done, w[i])
-    fb.edge(ready, w)
-    red = _reduce_slots(fb, M, BUF_OUT, 0, BUF_IN, 0, np.broadcast_to(r * M, (n, n)))
-    fb.edge(w, red)
+    red = reduce_arrivals(fb, ready, done, i, M, 0, M, M)
     fin = fb.flag(i, j)              # "done reading your input"
     fb.edge(done, fin)
-    fb.need(BUF_IN, M)
-    fb.need(BUF_OUT, M)
-    fb.need(BUF_TMP, n * M)
     return [np.concatenate([red[k:k + 1], fin[j == k]]) for k in range(n)]
 
 
@@ -145,16 +113,7 @@ def rs_load(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
     issue, done = fb.load(i, j, c[i], BUF_IN, b[i], BUF_TMP, j * cmax)
     fb.edge(f, issue)
     fb.edge(ready[i], issue)
-    r = np.arange(n)
-    w = fb.wait(r)
-    fb.edge(done, w[i])
-    fb.edge(ready, w)
-    red = _reduce_slots(fb, c, BUF_OUT, b[:-1], BUF_IN, b[:-1], np.broadcast_to(r * cmax, (n, n)))
-    fb.edge(w, red)
-    fb.need(BUF_IN, nbytes)
-    fb.need(BUF_OUT, nbytes)
-    fb.need(BUF_TMP, n * cmax)
-    return red
+    return reduce_arrivals(fb, ready, done, i, c, b[:-1], cmax, nbytes)
 
 
 def twoshot_load(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
@@ -181,7 +140,7 @@ def oneshot_cached(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarra
     w = fb.wait(r)
     fb.edge(seen, w[j])
     fb.edge(cp, w)
-    red = _reduce_slots(fb, M, BUF_OUT, 0, BUF_TMP, 0, np.broadcast_to((1 + r) * M, (n, n)))
+    red = reduce_slots(fb, M, BUF_OUT, 0, BUF_TMP, 0, np.broadcast_to((1 + r) * M, (n, n)))
     fb.edge(w, red)
     fb.need(BUF_IN, M)
     fb.need(BUF_OUT, M)
@@ -206,7 +165,7 @@ def twoshot_cached(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarra
     w = fb.wait(r)
     fb.edge(seen, w[j])
     fb.edge(cp, w)
-    red = _reduce_slots(fb, c, BUF_TMP, G + b[:-1], BUF_TMP, b[:-1], np.broadcast_to(M + r * cmax, (n, n)))
+    red = reduce_slots(fb, c, BUF_TMP, G + b[:-1], BUF_TMP, b[:-1], np.broadcast_to(M + r * cmax, (n, n)))
     fb.edge(w, red)
     issue, seen = fb.xfer(i, j, c[i], BUF_TMP, G + b[i], BUF_TMP, G + b[i])
     fb.edge(red[i], issue)

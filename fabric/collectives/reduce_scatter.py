@@ -22,6 +22,34 @@ def pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
     return i, j
 
 
+def reduce_slots(fb: FragBuilder, length, out_buf, out_off, own_buf, own_off, slot) -> np.ndarray:
+    """Each rank r reduces its own operand (own_buf, own_off[r]) and peer k's TMP slot `slot[r, k]` into out."""
+    n = fb.n
+    r = np.arange(n)
+    others = (r[:, None] + np.arange(1, n)[None, :]) % n
+    offs = np.concatenate([np.broadcast_to(np.asarray(own_off, np.int64), (n,))[:, None],
+                           slot[r[:, None], others]], axis=1)
+    bufs = np.array([[own_buf] + [BUF_TMP] * (n - 1)], np.int8)
+    return fb.reduce(r, length, out_buf, out_off, bufs, offs)
+
+
+def reduce_arrivals(fb: FragBuilder, ready, arrived, at, length, off, stride: int, nbytes: int) -> np.ndarray:
+    """The receiving side of a direct exchange: rank r waits for its own launch (ready) and for the n-1 slots that
+    arrived (arrived[k] lands at rank at[k]; slot of peer k at k x stride in TMP), then reduces its IN at off[r]
+    with them into OUT at off[r]. Returns the reduce tasks."""
+    n = fb.n
+    r = np.arange(n)
+    w = fb.wait(r)
+    fb.edge(arrived, w[at])
+    fb.edge(ready, w)
+    red = reduce_slots(fb, length, BUF_OUT, off, BUF_IN, off, np.broadcast_to(r * stride, (n, n)))
+    fb.edge(w, red)
+    fb.need(BUF_IN, nbytes)
+    fb.need(BUF_OUT, nbytes)
+    fb.need(BUF_TMP, n * stride)
+    return red
+
+
 def rs_direct(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
     """Rank i stores chunk j of its input into slot i of rank j's scratch (flag folded or after it); rank j waits
     for its n-1 slots and reduces them with its own chunk into OUT."""
@@ -32,19 +60,7 @@ def rs_direct(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
     i, j = pairs(n)
     issue, seen = fb.xfer(i, j, c[j], BUF_IN, b[j], BUF_TMP, i * cmax)
     fb.edge(ready[i], issue)
-    r = np.arange(n)
-    w = fb.wait(r)
-    fb.edge(seen, w[j])
-    fb.edge(ready, w)
-    others = (r[:, None] + np.arange(1, n)[None, :]) % n
-    offs = np.concatenate([b[:-1, None], others * cmax], axis=1)
-    bufs = np.array([[BUF_IN] + [BUF_TMP] * (n - 1)], np.int8)
-    red = fb.reduce(r, c, BUF_OUT, b[:-1], bufs, offs)
-    fb.edge(w, red)
-    fb.need(BUF_IN, nbytes)
-    fb.need(BUF_OUT, nbytes)
-    fb.need(BUF_TMP, n * cmax)
-    return red
+    return reduce_arrivals(fb, ready, seen, j, c, b[:-1], cmax, nbytes)
 
 
 def rs_ring(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:

@@ -6,7 +6,7 @@
 cdef inline ps_t framed_ser(SimC* s, int64_t tlp, double ps_per_B) noexcept nogil:
     """Serialisation of tlp header + payload bytes sent back to back in whole flits, the last one padded (its CRC
     comes at the flit's end): fabric.phy.path_terms."""
-    return <ps_t>(((tlp + s.flitpay_B - 1) // s.flitpay_B) * s.flit_B * ps_per_B + 0.5)
+    return <ps_t>(padded_wire_B(tlp, s.flitpay_B, s.flit_B) * ps_per_B + 0.5)
 
 cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t start, int32_t h0=0,
                           int32_t h1=-1) noexcept nogil:
@@ -28,11 +28,9 @@ cdef ps_t analytic_oneway(SimC* s, int32_t p, int64_t nbytes, int32_t npk, ps_t 
 cdef inline ps_t run_time(SimC* s, AnC* a, int64_t run_B, bint to_flit_end) noexcept nogil:
     """Time, from the start of channel a's current run, at which its run_B-th stream byte is out (or, to_flit_end,
     the end of the flit that holds it, when that flit's CRC is in)."""
-    cdef int64_t P = s.flitpay_B, q = run_B // P, r = run_B - q * P
-    if to_flit_end and r:
-        q += 1
-        r = 0
-    return <ps_t>((q * s.flit_B + r) * a.ps_per_B + 0.5)
+    if to_flit_end:
+        return <ps_t>(padded_wire_B(run_B, s.flitpay_B, s.flit_B) * a.ps_per_B + 0.5)
+    return <ps_t>(wire_B(run_B, s.flitpay_B, s.flit_B) * a.ps_per_B + 0.5)
 
 cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) except -1 nogil:
     """Analytic engine, EV_AN_HOP: the head of task t's transfer is at a hop of its route now: the route-graph node
@@ -47,7 +45,7 @@ cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) e
     128 B XferC (random lines: a miss per hop at 1024 ranks)."""
     cdef int32_t nxt, ch
     cdef AnC* a
-    cdef int64_t q, r, P = s.flitpay_B
+    cdef int64_t P = s.flitpay_B
     cdef ps_t start, end, pad_end
     if first:
         ch = <int32_t>tail
@@ -64,10 +62,8 @@ cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) e
         a.run_B = 0
     start = a.origin + run_time(s, a, a.run_B, False)
     a.run_B += s.t_bytes[t] + ((s.t_bytes[t] + s.maxp_B - 1) // s.maxp_B) * s.hdr_B     # its packets' wire bytes
-    q = a.run_B // P                         # run_time(.., False) and (.., True) of the new run_B, one division
-    r = a.run_B - q * P
-    a.free = a.origin + <ps_t>((q * s.flit_B + r) * a.ps_per_B + 0.5)
-    end = a.free if r == 0 else a.origin + <ps_t>(((q + 1) * s.flit_B) * a.ps_per_B + 0.5)
+    a.free = a.origin + run_time(s, a, a.run_B, False)
+    end = a.origin + run_time(s, a, a.run_B, True)
     if tail > end:
         end = tail
     if nxt >= 0:            # a head that did not wait steps on a fixed delay after now: its lane (a FIFO)

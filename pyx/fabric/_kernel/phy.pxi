@@ -14,6 +14,11 @@ cdef inline double wire_B(int64_t x, int64_t flitpay_B, int64_t flit_B) noexcept
     follow its payload area): the offset of stream byte x in wire bytes."""
     return <double>((x // flitpay_B) * flit_B + x % flitpay_B)
 
+cdef inline int64_t padded_wire_B(int64_t x, int64_t flitpay_B, int64_t flit_B) noexcept nogil:
+    """Wire bytes from the start of a flit to the end of the flit that holds payload byte x - 1 (its padding and CRC
+    included): when x bytes sent from a flit boundary are usable at the receiver."""
+    return ((x + flitpay_B - 1) // flitpay_B) * flit_B
+
 cdef inline ps_t flit_open_end(SimC* s, ChanC* c) noexcept nogil:
     """When the flit the last unit ended in ends on the wire (its padding included)."""
     return c.flit_base + <ps_t>((c.flit_off + s.flit_B) * c.ps_per_B + 0.5)

@@ -211,7 +211,7 @@ cdef int setup_event_queue(SimC* s, dict p, dict graph, int event_lanes, int64_t
     for tlp in common_packet_sizes(p, graph):
         for i in range(C):
             ser = max(<ps_t>(wire_B(tlp, P, F) * s.c[i].ps_per_B + 0.5), 1)
-            tail = <ps_t>(((tlp + P - 1) // P) * F * s.c[i].ps_per_B + 0.5)
+            tail = <ps_t>(padded_wire_B(tlp, P, F) * s.c[i].ps_per_B + 0.5)
             first = min(<ps_t>(F * s.c[i].ps_per_B + 0.5), tail)
             lane_for(&s.heap, first + s.c[i].ch_lat)
             lane_for(&s.heap, ser)
