@@ -92,12 +92,12 @@ def test_deepseek_per_token_totals(ds64):
 
 def test_deepseek_compute_split_is_plausible(ds64):
     """docs/sources.md §Decode step [E]: ~3-5 ms memory time + ~3-4 ms fixed kernel cost per token on a ~1.6 TB/s
-    accelerator. The fixed cost per kernel is calibrated on the published TPOT (docs/calibration.md: 4.4 us, 5.3 ms
+    accelerator. The fixed cost per kernel is calibrated on the published TPOT (docs/calibration.md: 4.2 us, ~5 ms
     per token, above that rough split); the memory time is a priori."""
     chip = load_chip("sd200-accelerator")
     t = ds64.ops[0]
     comp = t.kind == T.KIND_COMPUTE
-    fixed = comp.sum() * chip.fixed_kernel_ns / 1e6
+    fixed = comp.sum() * chip.per_kernel_ns / 1e6
     total = t.duration_ns[comp].sum() / 1e6
     assert 2.5 <= fixed <= 5.5
     assert 3.0 <= total - fixed <= 5.0

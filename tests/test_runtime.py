@@ -2,6 +2,8 @@
 framework, one kernel per framework op); the CLI options --runtime, --cost-model, --launch."""
 from __future__ import annotations
 
+from importlib import resources
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from fabric import trace as T  # noqa: E402
 from fabric.capture import capture  # noqa: E402
+from fabric.capture.chips import load_chip  # noqa: E402
 from fabric.config import load_config  # noqa: E402
 from fabric.errors import ConfigError  # noqa: E402
 from fabric.tools.serving import replay_trace  # noqa: E402
@@ -78,10 +81,23 @@ def test_host_timeline():
     assert host_timeline([20.0, 20.0], 6.0) == [26.0, 20.0]                 # GPU-bound
 
 
-def test_fused_default_unchanged():
-    a = capture("toy-mla", tp=8, context=64)
-    b = capture("toy-mla", tp=8, context=64, runtime="fused", cost_model="roofline")
+@pytest.mark.parametrize("chip, model", [("sd200-accelerator", "shape"), ("h200", "roofline")])
+def test_fused_default_is_the_chips_cost_model(chip, model):
+    a = capture("toy-mla", tp=8, context=64, chip=chip)
+    b = capture("toy-mla", tp=8, context=64, chip=chip, runtime="fused", cost_model=model)
     assert a.meta == b.meta and all(x.same_as(y) for x, y in zip(a.ops, b.ops))
+
+
+def test_chip_cost_model_checked(tmp_path):
+    text = (resources.files("fabric.capture.chips") / "h200.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace('[chip]\n', '[chip]\ncost_model = "tiles"\n', 1))
+    with pytest.raises(ConfigError, match="cost_model"):
+        load_chip(str(bad))
+    bare = tmp_path / "bare.toml"
+    bare.write_text(text.replace('[chip]\n', '[chip]\ncost_model = "shape"\n', 1).split("[kernels]")[0])
+    with pytest.raises(ConfigError, match="needs a \\[kernels\\] section"):
+        load_chip(str(bare))
 
 
 def test_runtime_errors():

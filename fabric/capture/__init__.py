@@ -52,8 +52,8 @@ def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, 
     allow_oversubscribe  False: raise ConfigError when a rank's weights + KV cache + activations + workspace +
                          runtime reserve exceed the chip's memory (fabric.capture.memory). The library default
                          (True) keeps existing recipes working; `fabric-capture` checks unless --allow-oversubscribe.
-    cost_model           "roofline" (ChipProfile.kernel_time_ns) or "shape" (fabric.capture.kernels); default:
-                         roofline for the fused runtime (shipped traces unchanged), shape for the eager one
+    cost_model           "roofline" (ChipProfile.kernel_time_ns) or "shape" (fabric.capture.kernels); default: the
+                         chip profile's ([chip] cost_model) for the fused runtime, shape for the eager one
     launch               shape model: graph | eager | queue (default: the chip profile's [launch] mode for the fused
                          runtime, eager for the eager runtime)
     chip                 a profile name or path (load_chip), or a ChipProfile (e.g. one with a parameter replaced)
@@ -63,14 +63,14 @@ def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, 
     """
     from fabric.capture.runtime import check_runtime
     check_runtime(runtime)
+    prof = chip if isinstance(chip, ChipProfile) else load_chip(chip)
     if cost_model is None:
-        cost_model = "shape" if runtime == "eager" else "roofline"
+        cost_model = "shape" if runtime == "eager" else prof.cost_model
     name, cfg = resolve_model(model, hf_config)
     spec = spec_from_config(cfg, name, generic=engine == "torch" and runtime == "eager")
     plan = Plan(tp=tp, ep=ep, batch=batch, context=context, weight_dtype=weight_dtype,
                 dispatch_dtype=dispatch_dtype, seed=seed, cost_model=cost_model, launch=launch, runtime=runtime)
     plan.check(spec)
-    prof = chip if isinstance(chip, ChipProfile) else load_chip(chip)
     if not allow_oversubscribe:
         from fabric.capture.memory import check_fits, memory_plan
         check_fits(memory_plan(spec, plan, prof), prof, plan, spec)

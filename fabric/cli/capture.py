@@ -32,8 +32,9 @@ from fabric.cli.common import Command, check_writable, friendly
               help="fused: a serving engine's fused kernels (what the SD200 stack runs); eager: a plain framework, "
                    "one kernel per framework op (split-K reduces, copies, separate elementwise ops)")
 @click.option("--cost-model", type=click.Choice(["roofline", "shape"]), default=None,
-              help="kernel cost model: roofline (default for --runtime fused) or the shape-aware model (default and "
-                   "required for --runtime eager); docs/compute-model.md")
+              help="kernel cost model: roofline or the shape-aware model (default for --runtime fused: the chip "
+                   "profile's, shape on sd200-accelerator, roofline on h200/h100; default and required for "
+                   "--runtime eager); docs/compute-model.md")
 @click.option("--launch", type=click.Choice(["graph", "eager", "queue"]), default=None,
               help="shape model: how kernels are launched (default: the chip profile's mode; eager for --runtime "
                    "eager)")

@@ -71,13 +71,14 @@ def shipped_trace():
     return tracemod.read(str(tracemod.default_trace_path()))
 
 
-def recapture(fixed_kernel_ns: float | None = None, chip: str = "sd200-accelerator"):
+def recapture(per_kernel_ns: float | None = None, chip: str = "sd200-accelerator"):
     """The shipped trace's capture (DeepSeek-R1, TP64, batch 1, context 4096, analytic capture engine), redone in
-    memory on `chip` with its per-kernel fixed cost replaced: the documented path to vary a compute parameter."""
+    memory on `chip` with its per-kernel fixed cost (ChipProfile.per_kernel_ns) replaced: the documented path to
+    vary a compute parameter."""
     from fabric.capture import capture, load_chip
     prof = load_chip(chip)
-    if fixed_kernel_ns is not None:
-        prof = dataclasses.replace(prof, fixed_kernel_ns=float(fixed_kernel_ns))
+    if per_kernel_ns is not None:
+        prof = prof.with_per_kernel_ns(per_kernel_ns)
     return capture("deepseek-r1", tp=64, ep=1, batch=1, context=4096, chip=prof)
 
 
@@ -367,12 +368,12 @@ def format_calibration(rows: list[dict]) -> str:
 
 # ---------------------------------------------------------------- sensitivity
 
-SENSITIVITY = (  # (label, parameter or "chip.fixed_kernel_ns", base value getter)
+SENSITIVITY = (  # (label, parameter or "chip.per_kernel_ns", base value getter)
     ("link rate (phy.lane_rate_gbps)", "phy.lane_rate_gbps"),
     ("switch latency (switch.latency_ns)", "switch.latency_ns"),
     ("BER (phy.ber)", "phy.ber"),
     ("credit pool (link.credit_flits)", "link.credit_flits"),
-    ("fixed kernel cost (chip kernel.fixed_ns)", "chip.fixed_kernel_ns"),
+    ("fixed kernel cost (chip launch.queue_ns)", "chip.per_kernel_ns"),
 )
 
 
@@ -385,7 +386,7 @@ def _sensitivity_point(key: str | None, v, engine: str) -> tuple[float, float | 
     sd = load_config("sd200")
     if key is None:
         return replay_trace(shipped_trace(), sd, engine)["tpot_us"], allreduce_us(sd, AR_BYTES, "packet")[0]
-    if key == "chip.fixed_kernel_ns":
+    if key == "chip.per_kernel_ns":
         return replay_trace(recapture(v), sd, engine)["tpot_us"], None   # fragments do not use the chip profile
     cfg = load_config("sd200", overrides={key: v})
     return replay_trace(shipped_trace(), cfg, engine)["tpot_us"], allreduce_us(cfg, AR_BYTES, "packet")[0]
@@ -399,8 +400,8 @@ def sensitivity(engine: str = "packet", factors=(0.5, 1.5), jobs: int | None = N
     rows, points = [], [(None, None, engine)]
     for label, key in SENSITIVITY:
         row = dict(parameter=label, key=key)
-        if key == "chip.fixed_kernel_ns":
-            base = load_chip("sd200-accelerator").fixed_kernel_ns
+        if key == "chip.per_kernel_ns":
+            base = load_chip("sd200-accelerator").per_kernel_ns
         else:
             s, f = key.split(".")
             base = getattr(getattr(sd, s), f)

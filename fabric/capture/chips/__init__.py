@@ -5,14 +5,15 @@
 
 Every parameter is documented (unit and reason) in its TOML file. Optional sections: [memory] (capacity, for
 fabric.capture.memory), [launch] and [kernels] (the shape-aware model of fabric.capture.kernels; docs/compute-model.md).
-`kernel_time_ns` above stays the roofline-with-efficiencies model that capture uses by default.
+`kernel_time_ns` above is the roofline-with-efficiencies model; `[chip] cost_model` names the model capture uses for
+this chip by default ("roofline", or "shape" for the profiles rebuilt on the shape-aware model).
 """
 from __future__ import annotations
 
 import difflib
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -47,6 +48,20 @@ class ChipProfile:
     memory_gib: float = 0.0             # GiB of accelerator memory (0: unknown, no capacity check)
     reserved_gib: float = 0.0           # GiB the runtime keeps (context, library workspaces, buffers)
     kernels: KernelParams | None = None  # shape-aware model (fabric.capture.kernels); None without [kernels]
+    cost_model: str = "roofline"        # capture's default kernel cost model for this chip ([chip] cost_model)
+
+    @property
+    def per_kernel_ns(self) -> float:
+        """The fixed cost every kernel pays under this chip's default cost model: [kernel] fixed_ns (roofline) or
+        the [launch] cost of its launch mode (shape); the constant calibrated on a published step time."""
+        return self.kernels.fixed_ns(self.kernels.launch_mode) if self.cost_model == "shape" else self.fixed_kernel_ns
+
+    def with_per_kernel_ns(self, ns: float) -> ChipProfile:
+        """This profile with `per_kernel_ns` replaced (sensitivity studies, refits)."""
+        if self.cost_model == "roofline":
+            return replace(self, fixed_kernel_ns=float(ns))
+        mode = "graph" if self.kernels.launch_mode == "graph" else "queue"
+        return replace(self, kernels=replace(self.kernels, launch_ns={**self.kernels.launch_ns, mode: float(ns)}))
 
     def eta_m(self, nbytes: float) -> float:
         return _eta(nbytes, self.eta_m_min, self.eta_m_max, self.eta_m_half_bytes, self.eta_m_power)
@@ -139,7 +154,16 @@ def load_chip(name: str) -> ChipProfile:
         memory_gib=_num(d["memory"], "gib", where + " [memory]", lo=0.0, lo_open=True) if "memory" in d else 0.0,
         reserved_gib=_num(d["memory"], "reserved_gib", where + " [memory]") if "memory" in d else 0.0,
         kernels=_kernel_params(d, where),
+        cost_model=_default_cost_model(d, where),
     )
+
+
+def _default_cost_model(d: dict, where: str) -> str:
+    model = _choice(d.get("chip", {}), "cost_model", where + " [chip]", ("roofline", "shape"), "roofline")
+    if model == "shape" and "kernels" not in d:
+        raise ConfigError(f"chip profile {where}: [chip] cost_model = \"shape\" needs a [kernels] section "
+                          f"(docs/compute-model.md)")
+    return model
 
 
 _KERNEL_INTS = ("sms", "gemv_max_tokens", "gemv_tile_n", "gemm_tile_m", "gemm_tile_n", "mma_pad_m", "splitk_min_k",
