@@ -98,16 +98,19 @@ def test_analytic_engine_prices_incast():
 
 
 # one-shot and two-shot at 64 ranks, at the sizes the tiers use them there (one-shot up to a few hundred bytes,
-# two-shot up to ~1 MiB) and around them (docs/collectives.md §Both engines at 64 ranks)
-AGREE = [("oneshot", m) for m in (8, 256, 1024, 4096)] + [("twoshot", m) for m in (8, 1024, 16384, 65536, 262144,
-                                                                                   1 << 20)]
+# two-shot up to ~1 MiB) and beyond; one-shot at 32..128 KiB is left out: the packet engine's shared input pools
+# still fill there (docs/collectives.md §Both engines at 64 ranks)
+AGREE = ([("oneshot", m) for m in (8, 256, 1024, 4096, 16384, 262144, 1 << 20)]
+         + [("twoshot", m) for m in (8, 1024, 16384, 65536, 262144, 1 << 20)])
 
 
 @pytest.mark.timeout(120)
 def test_engines_agree_at_64_ranks():
     """The packet engine's switch inputs hold a credit round trip per output (fabric.phy.credit_pool_needs), so
-    many-to-many stores do not block behind a busy output; the analytic engine's per-hop FCFS queues then price
-    the same load within 10 % (with one round trip per input the packet engine took up to ~40 % longer)."""
+    many-to-many stores do not block behind a busy output, and the analytic engine's heads interleave as round
+    robin interleaves packets (one-shot's staggered sends then spread over the mesh): the two price the same load
+    within 10 % (with one round trip per input the packet engine took up to ~55 % longer; with whole transfers
+    in turn the analytic engine took 16 % longer at 16 KiB)."""
     for alg, m in AGREE:
         p, a = _time(SD200, m, 64, "packet", alg), _time(SD200, m, 64, "analytic", alg)
         assert a == pytest.approx(p, rel=0.10), (alg, m, p, a)
