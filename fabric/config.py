@@ -464,8 +464,10 @@ class CollectivesConfig(_Section):
                                    reason="measured crossover on sd200 (packet engine, "
                                           "fabric/data/collective_paths_sd200.json): two-shot's all-to-all is "
                                           "bisection-bound on the 2x2x2 mesh; over 64 ranks ring wins from 2 MiB "
-                                          "(147 vs 199 us, two-shot by loads), over 8 ranks not below 4 MiB; the "
-                                          "analytic engine puts both crossovers at the same sizes")
+                                          "(147 vs 157 us, two-shot), over 8 ranks not below 4 MiB; the analytic "
+                                          "engine puts the first at 4 MiB (it prices two-shot at 2 MiB 11% below "
+                                          "the packet engine, docs/collectives.md §Both engines at 64 ranks), the "
+                                          "second at the same size")
     channels: int = param(2, unit="flows", lo=1, hi=64,
                           help="flows a large store of a collective is striped over (NCCL-style channels)",
                           reason="one per accelerator port (topology.ports_per_accel = 2): a single flow keeps one "

@@ -1,7 +1,7 @@
 # ================================================================== task-graph executor and analytic engine
 # The workload: tasks start when their dependencies complete; compute and reduce tasks occupy their (rank, stream)
 # FIFO, transfers are issued to the endpoints (or timed by the analytic engine: every hop serves transfers in head
-# order, heads interleaved, one event per hop), joins are free. Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an (AnC),
+# order, one event per hop), joins are free. Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an (AnC),
 # ax (AnXC), t_bytes.
 cdef inline ps_t framed_ser(SimC* s, int64_t tlp, double ps_per_B) noexcept nogil:
     """Serialisation of tlp header + payload bytes sent back to back in whole flits, the last one padded (its CRC
@@ -36,10 +36,11 @@ cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) e
     """Analytic engine, EV_AN_HOP: the head of task t's transfer is at a hop of its route now: the route-graph node
     `node`, or (first) channel `tail` with `node` next. Every channel serves transfers at its own rate in the order
     heads arrive: so a source port, a switch port many senders converge on (incast) and a shared link in between
-    each queue what crosses them. Heads interleave as round robin interleaves packets (a port carves its flows in
-    turn, a switch output takes its inputs in turn): a head goes out after the first packet of each transfer
-    queued before it in this run (head_B), the tail once all bytes queued before it and its own are out. As on
-    the wire (phy.pxi stream_at), a
+    each queue what crosses them. At a rank's port (first) heads interleave, as the port carves its flows round
+    robin, a packet each: a head goes out after the first packet of each transfer queued before it in this run
+    (head_B), its tail once all bytes queued before it and its own are out; a switch output takes its inputs in
+    turn but each input's packets in order, so there a transfer starts after those before it. As on the wire
+    (phy.pxi stream_at), a
     transfer that waited, or comes the instant the last one's bytes are out, continues the channel's run of
     back-to-back flits (AnC.origin, run_B); one that finds the channel idle starts a new run, after the open flit's
     padding. Its tail leaves the hop when the flit holding its last byte is out, and no earlier than `tail` (it
@@ -64,7 +65,7 @@ cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) e
         a.origin = pad_end if pad_end > s.now else s.now
         a.run_B = 0
         a.head_B = 0
-    start = a.origin + run_time(s, a, a.head_B, False)
+    start = a.origin + run_time(s, a, a.head_B if first else a.run_B, False)
     a.head_B += (s.t_bytes[t] if s.t_bytes[t] < s.maxp_B else s.maxp_B) + s.hdr_B
     a.run_B += s.t_bytes[t] + ((s.t_bytes[t] + s.maxp_B - 1) // s.maxp_B) * s.hdr_B     # its packets' wire bytes
     a.free = a.origin + run_time(s, a, a.run_B, False)
