@@ -36,10 +36,11 @@ cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) e
     """Analytic engine, EV_AN_HOP: the head of task t's transfer is at a hop of its route now: the route-graph node
     `node`, or (first) channel `tail` with `node` next. Every channel serves transfers at its own rate in the order
     heads arrive: so a source port, a switch port many senders converge on (incast) and a shared link in between
-    each queue what crosses them. At a rank's port (first) heads interleave, as the port carves its flows round
-    robin, a packet each: a head goes out after the first packet of each transfer queued before it in this run
-    (head_B), its tail once all bytes queued before it and its own are out; a switch output takes its inputs in
-    turn but each input's packets in order, so there a transfer starts after those before it. As on the wire
+    each queue what crosses them. At the port a transfer is injected on (first: a rank's, or a switch's for an
+    in-switch leg) heads interleave, as the injection queue carves its flows round robin, a packet each: a head
+    goes out after the first packet of each transfer queued before it in this run (head_B), and not before now,
+    its tail once all bytes queued before it and its own are out; a switch output takes its inputs in turn but
+    each input's packets in order, so there a transfer starts after those before it. As on the wire
     (phy.pxi stream_at), a
     transfer that waited, or comes the instant the last one's bytes are out, continues the channel's run of
     back-to-back flits (AnC.origin, run_B); one that finds the channel idle starts a new run, after the open flit's
@@ -66,6 +67,8 @@ cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) e
         a.run_B = 0
         a.head_B = 0
     start = a.origin + run_time(s, a, a.head_B if first else a.run_B, False)
+    if start < s.now:                        # (first) the heads before it are out: its first packet goes next
+        start = s.now
     a.head_B += (s.t_bytes[t] if s.t_bytes[t] < s.maxp_B else s.maxp_B) + s.hdr_B
     a.run_B += s.t_bytes[t] + ((s.t_bytes[t] + s.maxp_B - 1) // s.maxp_B) * s.hdr_B     # its packets' wire bytes
     a.free = a.origin + run_time(s, a, a.run_B, False)
