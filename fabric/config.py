@@ -157,13 +157,19 @@ class LinkConfig(_Section):
                      reason="requests and responses on separate VCs avoid protocol deadlock")
     credit_flits: int = param(0, unit="flits", lo=0, hi=1 << 20,
                               help="receive buffer per VC, advertised as flit credits (one credit = one flit slot); "
-                                   "0 = auto: sized from the fabric so that every channel runs at its rate",
-                              reason="auto = max over channels of ceil(1.25 x R / T) x F, R = credit round trip "
-                                     "(packet on the wire + PHY/wire latency + forwarding node's latency and next "
+                                   "0 = auto: sized from the fabric so that every channel runs at its rate and a "
+                                   "switch input holds that for each output it feeds",
+                              reason="auto = max over channels of ceil(1.25 x R / T) x F x outputs, R = credit round "
+                                     "trip (packet on the wire + PHY/wire latency + forwarding node's latency and next "
                                      "flit + UpdateFC coalescing + one flit and PHY/wire latency back), T = wire "
-                                     "time and F = flits of a max-payload packet, 25% margin (fabric/phy.py "
-                                     "credit_pool_needs; docs/sources.md §Protocol standards: credits cover "
-                                     "bandwidth x credit round trip); an explicit value that caps a channel warns")
+                                     "time and F = flits of a max-payload packet, 25% margin (docs/sources.md "
+                                     "§Protocol standards: credits cover bandwidth x credit round trip), outputs = "
+                                     "the other ports of a forwarding receiver (1 at a rank): a round trip per "
+                                     "output, as VOQ switches with per-output credit buffer, so packets for a busy "
+                                     "output never take the credits packets for an idle one need (docs/sources.md "
+                                     "§Switch buffers; on sd200 85 x 21 = 1785 flits, 446 KiB per VC per switch "
+                                     "input; fabric/phy.py credit_pool_needs); an explicit value that caps a "
+                                     "channel's rate warns")
     credit_update_flits: int = param(8, unit="flits", lo=1, hi=1 << 20,
                                      help="send an UpdateFC once this many credits have been freed",
                                      reason="coalesces credit returns to one per ~2 KiB")
@@ -458,8 +464,10 @@ class CollectivesConfig(_Section):
                                    reason="measured crossover on sd200 (packet engine, "
                                           "fabric/data/collective_paths_sd200.json): two-shot's all-to-all is "
                                           "bisection-bound on the 2x2x2 mesh; over 64 ranks ring wins from 2 MiB "
-                                          "(147 vs 199 us, two-shot by loads), over 8 ranks not below 4 MiB; the "
-                                          "analytic engine puts both crossovers at the same sizes")
+                                          "(147 vs 157 us, two-shot), over 8 ranks not below 4 MiB; the analytic "
+                                          "engine puts the first at 4 MiB (it prices two-shot at 2 MiB 11% below "
+                                          "the packet engine, docs/collectives.md §Both engines at 64 ranks), the "
+                                          "second at the same size")
     channels: int = param(2, unit="flows", lo=1, hi=64,
                           help="flows a large store of a collective is striped over (NCCL-style channels)",
                           reason="one per accelerator port (topology.ports_per_accel = 2): a single flow keeps one "

@@ -265,13 +265,28 @@ def credit_round_trips(cfg, topo):
     return R, T
 
 
+def buffer_outputs(topo):
+    """Per channel, the output ports its receive buffer feeds: every channel out of a node that forwards but the
+    way back (a packet leaves by one of them), 1 at a node that only takes packets in."""
+    import numpy as np
+    src, dst = np.asarray(_arr(topo, "ch_src")), np.asarray(_arr(topo, "ch_dst"))
+    n_nodes = len(np.asarray(_arr(topo, "node_latency_ps")))
+    forwards = _arr(topo, "node_forwards")
+    fwd = np.ones(n_nodes, bool) if forwards is None else np.asarray(forwards, bool)
+    out = np.bincount(src, minlength=n_nodes)[dst] - 1
+    return np.where(fwd[dst], np.maximum(out, 1), 1).astype(np.int64)
+
+
 def credit_pool_needs(cfg, topo, margin: float = FC_MARGIN):
-    """Per channel, the credit pool (flits) that keeps it at its rate: R / T max packets in flight, rounded up to
-    whole packets of packet_flits(max payload) credits each, times `margin` (1 = the bare need)."""
+    """Per channel, the credit pool (flits) of its receive buffer: R / T max packets in flight keep the channel at
+    its rate (rounded up to whole packets of packet_flits(max payload) credits each, times `margin`; 1 = the bare
+    need), and a forwarding node's buffer holds that for every output it feeds (buffer_outputs), as a switch with
+    per-output credit does: packets waiting for a busy output then never hold the credits that packets for an idle
+    one need (no head-of-line blocking of a shared input buffer; docs/kernel.md §Switches)."""
     import numpy as np
     R, T = credit_round_trips(cfg, topo)
     P = packet_flits(cfg, cfg.txn.max_payload_bytes)
-    return P * np.ceil(margin * R / T - 1e-9).astype(np.int64)
+    return P * np.ceil(margin * R / T - 1e-9).astype(np.int64) * buffer_outputs(topo)
 
 
 def credit_rate_fraction(cfg, topo, credit_flits: int):

@@ -1,5 +1,6 @@
 """Flow control sized from the fabric (issue 16 item 3): credit pools, replay buffers and end-to-end windows default
 to bandwidth x round trip (0 = auto, fabric.sim.flow_control); an explicit value that caps a link or pair warns once."""
+import numpy as np
 import pytest
 
 from fabric import phy, sim
@@ -59,12 +60,29 @@ def test_credit_round_trip_follows_the_kernel():
 
 def test_sd200_auto_values_cover_the_round_trips():
     got = fc("sd200")
-    # 64 GB/s x 224 ns credit round trip = 14.3 KiB = 3.4 packets of 17 flits -> x1.25 -> 5 packets
-    assert got["credit_flits"] == 85
+    # 64 GB/s x 224 ns credit round trip = 14.3 KiB = 3.4 packets of 17 flits -> x1.25 -> 5 packets, for each of
+    # the 21 other ports of a domain switch (16 accelerator ports + 6 mesh links, less the way back)
+    assert got["credit_flits"] == 85 * 21
     # the old 128 KiB window held a two-port pair (124 GB/s of payload, 1.15 us data + grant) to ~63%
     assert 200_000 < got["e2e_window_B"] < 300_000
     capped = fc("sd200", {"endpoint.e2e_window_bytes": 131072})
     assert capped["e2e_window_B_cap"]["gbps"] < 0.7 * capped["e2e_window_B_cap"]["of_gbps"]
+
+
+def test_switch_inputs_hold_a_round_trip_per_output():
+    """A switch input's buffer feeds every other port of the switch; a rank's feeds nothing onward. Where nothing
+    forwards (two accelerators, one link) the pool is the bare rate need."""
+    cfg = load_config("sd200")
+    topo = build(cfg)
+    out = phy.buffer_outputs(topo)
+    name = topo.channel_name
+    into_switch = [c for c in range(topo.n_channels) if name(c).endswith("->sw0")]
+    assert into_switch and all(out[c] == 21 for c in into_switch)
+    assert all(out[c] == 1 for c in range(topo.n_channels) if topo.ch_dst[c] < topo.n_ranks)
+    link = load_config("link")
+    R, T = phy.credit_round_trips(link, build(link))
+    P = phy.packet_flits(link, link.txn.max_payload_bytes)
+    assert fc("link")["credit_flits"] == P * int(np.ceil(phy.FC_MARGIN * R / T - 1e-9).max())
 
 
 def test_explicit_small_value_warns_once_naming_the_parameter(capsys):

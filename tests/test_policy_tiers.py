@@ -97,21 +97,22 @@ def test_analytic_engine_prices_incast():
     assert t["analytic"] > 3 * t1         # 7 x 256 KiB through rank 0's two ports, not one transfer's time
 
 
-# (algorithm, bytes) of one-shot and two-shot at 64 ranks where both engines model the same thing; at the default
-# link credits the packet engine's switch inputs fill under many-to-many load and head-of-line blocking costs it up
-# to ~40% more at the sizes a tier no longer wins (docs/collectives.md §Both engines at 64 ranks)
-AGREE_DEFAULT = [("oneshot", 8), ("oneshot", 256), ("twoshot", 8), ("twoshot", 1024), ("twoshot", 16384)]
-AGREE_DEEP = [("oneshot", 8), ("oneshot", 4096), ("oneshot", 262144), ("twoshot", 8), ("twoshot", 32768),
-              ("twoshot", 262144), ("twoshot", 1 << 20)]
-DEEP = {"link.credit_flits": 8000, "link.replay_buffer_flits": 20000}
+# one-shot and two-shot at 64 ranks, at the sizes the tiers use them there (one-shot up to a few hundred bytes,
+# two-shot up to ~1 MiB) and beyond; one-shot at 32..128 KiB is left out: the packet engine's shared input pools
+# still fill there (docs/collectives.md §Both engines at 64 ranks)
+AGREE = ([("oneshot", m) for m in (8, 256, 1024, 4096, 16384, 262144, 1 << 20)]
+         + [("twoshot", m) for m in (8, 1024, 16384, 65536, 262144, 1 << 20)])
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("deep", [False, True], ids=["default-credits", "deep-buffers"])
-def test_engines_agree_at_64_ranks(deep):
-    cfg = load_config("sd200", overrides=DEEP) if deep else SD200
-    for alg, m in AGREE_DEEP if deep else AGREE_DEFAULT:
-        p, a = _time(cfg, m, 64, "packet", alg), _time(cfg, m, 64, "analytic", alg)
+@pytest.mark.timeout(120)
+def test_engines_agree_at_64_ranks():
+    """The packet engine's switch inputs hold a credit round trip per output (fabric.phy.credit_pool_needs), so
+    many-to-many stores do not block behind a busy output, and the analytic engine's heads interleave as round
+    robin interleaves packets (one-shot's staggered sends then spread over the mesh): the two price the same load
+    within 10 % (with one round trip per input the packet engine took up to ~55 % longer; with whole transfers
+    in turn the analytic engine took 16 % longer at 16 KiB)."""
+    for alg, m in AGREE:
+        p, a = _time(SD200, m, 64, "packet", alg), _time(SD200, m, 64, "analytic", alg)
         assert a == pytest.approx(p, rel=0.10), (alg, m, p, a)
 
 

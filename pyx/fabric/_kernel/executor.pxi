@@ -1,7 +1,7 @@
 # ================================================================== task-graph executor and analytic engine
 # The workload: tasks start when their dependencies complete; compute and reduce tasks occupy their (rank, stream)
-# FIFO, transfers are issued to the endpoints (or timed by the analytic engine: every hop an FCFS server, one
-# event per hop), joins are free. Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an (AnC),
+# FIFO, transfers are issued to the endpoints (or timed by the analytic engine: every hop serves transfers in head
+# order, one event per hop), joins are free. Contract: SimC's task arrays (t_*, s_*, work), XferC.task, SimC.an (AnC),
 # ax (AnXC), t_bytes.
 cdef inline ps_t framed_ser(SimC* s, int64_t tlp, double ps_per_B) noexcept nogil:
     """Serialisation of tlp header + payload bytes sent back to back in whole flits, the last one padded (its CRC
@@ -34,9 +34,14 @@ cdef inline ps_t run_time(SimC* s, AnC* a, int64_t run_B, bint to_flit_end) noex
 
 cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) except -1 nogil:
     """Analytic engine, EV_AN_HOP: the head of task t's transfer is at a hop of its route now: the route-graph node
-    `node`, or (first) channel `tail` with `node` next. Every channel serves whole transfers first come, first
-    served, at its own rate, in the order heads arrive: so a source port, a switch port many senders converge on
-    (incast) and a shared link in between each queue what crosses them. As on the wire (phy.pxi stream_at), a
+    `node`, or (first) channel `tail` with `node` next. Every channel serves transfers at its own rate in the order
+    heads arrive: so a source port, a switch port many senders converge on (incast) and a shared link in between
+    each queue what crosses them. At the port a transfer is injected on (first: a rank's, or a switch's for an
+    in-switch leg) heads interleave, as the injection queue carves its flows round robin, a packet each: a head
+    goes out after the first packet of each transfer queued before it in this run (head_B), and not before now,
+    its tail once all bytes queued before it and its own are out; a switch output takes its inputs in turn but
+    each input's packets in order, so there a transfer starts after those before it. As on the wire
+    (phy.pxi stream_at), a
     transfer that waited, or comes the instant the last one's bytes are out, continues the channel's run of
     back-to-back flits (AnC.origin, run_B); one that finds the channel idle starts a new run, after the open flit's
     padding. Its tail leaves the hop when the flit holding its last byte is out, and no earlier than `tail` (it
@@ -60,7 +65,11 @@ cdef int analytic_hop(SimC* s, int32_t t, int32_t node, ps_t tail, bint first) e
         pad_end = a.origin + run_time(s, a, a.run_B, True)
         a.origin = pad_end if pad_end > s.now else s.now
         a.run_B = 0
-    start = a.origin + run_time(s, a, a.run_B, False)
+        a.head_B = 0
+    start = a.origin + run_time(s, a, a.head_B if first else a.run_B, False)
+    if start < s.now:                        # (first) the heads before it are out: its first packet goes next
+        start = s.now
+    a.head_B += (s.t_bytes[t] if s.t_bytes[t] < s.maxp_B else s.maxp_B) + s.hdr_B
     a.run_B += s.t_bytes[t] + ((s.t_bytes[t] + s.maxp_B - 1) // s.maxp_B) * s.hdr_B     # its packets' wire bytes
     a.free = a.origin + run_time(s, a, a.run_B, False)
     end = a.origin + run_time(s, a, a.run_B, True)
@@ -119,7 +128,7 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
             if ax.kind == 1:                   # a load: its read requests (header only), then the completions
                 when = analytic_oneway(s, ax.path, 0, <int32_t>((total_B + s.mrrs_B - 1) // s.mrrs_B), when)
                 ax = &s.ax[ax.partner]
-            # the data crosses hops h0.. of its route (an in-switch leg: its one hop), each an FCFS server
+            # the data crosses hops h0.. of its route (an in-switch leg: its one hop), each a queue (analytic_hop)
             # (hop events carry the task and where its head is: flag 1, the first hop's channel in y)
             return c_push_lane(&s.heap, -1 if ax.kind == 2 else k, when, EV_AN_HOP, ax.at1, t, hv_ch(s, ax.hv0), 1)
         return c_push_lane(&s.heap, k, when, EV_XFER_INJECT, -1, x, 0, 0)

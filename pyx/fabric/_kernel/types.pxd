@@ -302,7 +302,8 @@ cdef struct AnC:               # 64 B, one line: all that the analytic engine's 
     ps_t lat                   # = ChanC.ch_lat
     ps_t step                  # head to the next hop: ch_lat + the next node's pipeline + one flit (flit_ps)
     int32_t lane               # the event lane of delay `step` (-1: the heap): a head that found the port free
-    int32_t _pad[3]
+    int32_t _pad
+    int64_t head_B             # a rank's port: stream bytes of that run after which the next head goes (first packets)
 
 cdef struct CvC:               # per (channel, VC): credits at the sender, buffer at the receiver
     int64_t cr_used            # cumulative flits consumed
