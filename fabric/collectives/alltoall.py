@@ -88,27 +88,27 @@ def _paced(fb: FragBuilder, ready, i, j, length, issue) -> np.ndarray:
     """nccl-like: the copy loop of every rank, one sequence per kind of path (scale-up, NIC) in the order of the
     pairs: a stream-less COMPUTE of send m's payload at the rank's injection rate for that path (library.inject_gbps)
     after the previous one; send m + 1 is issued when it has run. Returns per pair the receiver-side tail (one head
-    latency after the copy, plus through a NIC the network step's software delay) that the receiver's wait needs."""
+    latency after the copy, plus through a NIC the network step's software delay) that the receiver's wait needs.
+    The head latency is that of the rank's first peer of the kind (peers of one kind differ by at most a few switch
+    crossings, and the receiver also waits for the store itself): one latency per rank and kind, not per pair."""
     from fabric.collectives.library import inject_gbps
     net = np.array([fb.crosses(int(a), int(b)) for a, b in zip(i, j)], bool)
-    rate = {}
-    for a, b, x in zip(i, j, net):
-        if (int(a), bool(x)) not in rate:
-            rate[int(a), bool(x)] = inject_gbps(fb.view, fb.protocol, int(a), int(b))
-    gbps = np.array([rate[int(a), bool(x)] for a, x in zip(i, net)])
-    pace = fb._add(COMPUTE, i, stream=-1, dur=np.rint(np.asarray(length) * 1000.0 / gbps).astype(np.int64))
-    tail_ns = [fb.view.hop_ps(int(a), int(b), 1) / 1000.0 + (fb.software_ns(int(a), int(b)) if x else 0.0)
-               for a, b, x in zip(i, j, net)]
-    tail = fb._add(COMPUTE, j, stream=-1, dur=np.rint(np.asarray(tail_ns) * 1000.0).astype(np.int64))
+    key = 2 * np.asarray(i, np.int64) + net
+    keys, first = np.unique(key, return_index=True)
+    rate = np.array([inject_gbps(fb.view, fb.protocol, int(i[m]), int(j[m])) for m in first])
+    lat = np.array([fb.view.hop_ps(int(i[m]), int(j[m]), 1) / 1000.0
+                    + (fb.software_ns(int(i[m]), int(j[m])) if net[m] else 0.0) for m in first])
+    k = np.searchsorted(keys, key)
+    pace = fb._add(COMPUTE, i, stream=-1, dur=np.rint(np.asarray(length) * 1000.0 / rate[k]).astype(np.int64))
+    tail = fb._add(COMPUTE, j, stream=-1, dur=np.rint(lat[k] * 1000.0).astype(np.int64))
     fb.edge(pace, tail)
-    last: dict = {}
-    for m, (a, x) in enumerate(zip(i, net)):
-        key = (int(a), bool(x))
-        prev = last.get(key)
-        fb.edge(ready[a] if prev is None else pace[prev], pace[m])
-        if prev is not None:
-            fb.edge(pace[prev], issue[m])
-        last[key] = m
+    o = np.argsort(key, kind="stable")             # each (rank, kind) sequence, in the order of the pairs
+    cont = key[o][1:] == key[o][:-1]               # o[t + 1] follows o[t] in its sequence
+    prev, cur = o[:-1][cont], o[1:][cont]
+    fb.edge(pace[prev], pace[cur])
+    fb.edge(pace[prev], issue[cur])
+    head = o[np.r_[True, ~cont]]
+    fb.edge(np.asarray(ready)[np.asarray(i)[head]], pace[head])
     return tail
 
 
