@@ -49,7 +49,8 @@ def test_tool_sweeps_and_exits_by_tolerance(tmp_path):
     nvls = ["-p", "dgx-h100", "--ops", "allreduce", "--min-bytes", "2M", "--max-bytes", "2M", "--jobs", "1"]
     assert CliRunner().invoke(EA.main, nvls + ["--tolerance", "0"]).exit_code == 1      # 1.6 % apart
     assert CliRunner().invoke(EA.main, nvls + ["--tolerance", "0.05"]).exit_code == 0
-    for bad in (["--ops", "gather"], ["-p", "nope"], ["--min-bytes", "4K", "--max-bytes", "8"]):
+    for bad in (["--ops", "gather"], ["-p", "nope"], ["--min-bytes", "4K", "--max-bytes", "8"], ["--min-bytes", "0"],
+                ["--max-bytes", "lots"], ["--factor", "1"]):
         r = CliRunner().invoke(EA.main, bad)
         assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
 

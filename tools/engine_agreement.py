@@ -18,7 +18,7 @@ import warnings
 
 import click
 
-from fabric.cli.common import friendly
+from fabric.cli.common import Command, friendly
 from fabric.config import load_config
 from fabric.errors import ConfigError
 from fabric.network import build
@@ -75,7 +75,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--preset", "-p", "presets", multiple=True, help=f"repeatable [default: {', '.join(PRESETS)}]")
 @click.option("--ops", default=",".join(OPS), show_default=True, help="comma separated")
 @click.option("--min-bytes", default="8", show_default=True)
