@@ -66,15 +66,16 @@ def test_calibration_a100_row_within_tolerance():
     assert "a100_1x8_g8" in V.format_calibration([r])
 
 
-def test_calibration_misses_are_reported():
-    """The mscclpp 2x1 A100 IB table is a known miss (AllToAll / AllGather 1 GiB): it must show as MISS. The B200
-    symmetric-kernel table, a miss (193 %) before the symmetric run mode and NVLS, is within 10 % now."""
-    t = next(t for t in V.CALIBRATION if t.key == "a100ib_2x1")
-    r = V.calibration_row(t, "analytic")
-    assert not r["within_tolerance"] and r["geomean_error"] > 0.2
-    t = next(t for t in V.CALIBRATION if t.key == "b200_1x8_sym")
-    r = V.calibration_row(t, "analytic")
-    assert r["within_tolerance"] and r["geomean_error"] < 0.10
+def test_calibration_rows_within_tolerance_and_misses_reported():
+    """The calibration tables are within their tolerance on the analytic engine (the mscclpp 2x1 A100 IB table, 21.5 %
+    before the nccl-like AllToAll was paced by its copy loop, included; the B200 symmetric-kernel table was 193 %
+    before the symmetric run mode and NVLS; the H200 2x8 table, 17 s of its sizes up to 16 GB, is left to
+    fabric-validate); a row above its tolerance is printed as MISS."""
+    rows = V.calibration_rows("analytic", [t for t in V.CALIBRATION if t.key != "h200_2x8_roce"], jobs=1)
+    for r in rows:
+        assert r["within_tolerance"] and r["geomean_error"] < r["tolerance"], (r["key"], r["geomean_error"])
+    assert "MISS" not in V.format_calibration(rows)
+    assert "MISS" in V.format_calibration([dict(rows[0], within_tolerance=False)])
 
 
 def test_policy_tier_crossover(sd):
