@@ -137,7 +137,7 @@ def test_serving_rows_judge_the_published_serving_figures(monkeypatch):
                              tokens_per_s=112.4),
                 batch=dict(rows=[dict(batch=1, tpot_us=8865.0, tokens_per_s_per_user=112.8,
                                       tokens_per_s_per_node=112.8, memory_gib=23.7)]))
-    monkeypatch.setattr(S, "serving", lambda engine="analytic": fake)
+    monkeypatch.setattr(S, "serving", lambda engine="analytic", run_step=None: fake)
     rows = []
     V.serving_rows(rows)
     by = {r["key"]: r for r in rows}
