@@ -32,16 +32,37 @@ def test_compiled_walk_matches_the_reference_on_replayed_steps():
     from fabric.config import load_config
     from fabric.lower import lower
     from fabric.network import build
-    from fabric.report import critical_path_reference
+    from fabric.report import critical_path_reference, task_layers
     from fabric.trace import read
     from pathlib import Path
     cfg = load_config(preset="dgx-h100")
     topo = build(cfg)
-    g = lower(read(str(Path(__file__).resolve().parent.parent / "traces" / "toy-mla-tp8.h5")), cfg)
+    tr = read(str(Path(__file__).resolve().parent.parent / "traces" / "toy-mla-tp8.h5"))
+    g = lower(tr, cfg)
+    layers = task_layers(g, tr)
+    assert (layers >= 0).any()
     for engine in ("packet", "analytic"):
         r = sim.run(cfg, topo, g, engine=engine, transfers=False)
         assert critical_path(g, r.task_start_ps, r.task_end_ps) == \
             critical_path_reference(g, r.task_start_ps, r.task_end_ps)
+        by = critical_path(g, r.task_start_ps, r.task_end_ps, layers)       # the split by layer: the kernel's path
+        assert by == critical_path_reference(g, r.task_start_ps, r.task_end_ps, layers)
+        assert sum(c for c, _ in by["by_group"].values()) == by["compute_ps"]
+        assert sum(m for _, m in by["by_group"].values()) == by["comm_ps"]
+
+
+def test_task_layers_reads_each_rank_s_own_ops():
+    """A compute task's layer is its own rank's op's (ranks' op tables differ in length and layers); tasks without
+    an op (inside collectives) and ranks without layers get -1."""
+    from types import SimpleNamespace
+
+    from fabric.report import task_layers
+    b = GraphBuilder(3)
+    b.add_tasks(COMPUTE, [0, 1, 1, 2, 0], stream=0, duration_ps=1, src_op=[1, 0, 2, 0, -1])
+    g = b.build()
+    ops = [SimpleNamespace(layer=np.array([7, 8], np.int32)), SimpleNamespace(layer=np.array([3, 4, 5], np.int32)),
+           SimpleNamespace()]
+    assert task_layers(g, SimpleNamespace(n_ranks=3, ops=ops)).tolist() == [8, 3, 5, -1, -1]
 
 
 def test_compiled_walk_breaks_ties_as_the_reference():
@@ -56,3 +77,5 @@ def test_compiled_walk_breaks_ties_as_the_reference():
                        (np.array([0, 0, 0, 10, 10]), np.array([5, 5, 5, 10, 15])),
                        (np.array([0, 2, 0, 12, 12]), np.array([12, 12, 12, 12, 17]))):
         assert critical_path(g, start, end) == critical_path_reference(g, start, end)
+        groups = np.array([0, 1, -1, 2, 3])
+        assert critical_path(g, start, end, groups) == critical_path_reference(g, start, end, groups)
