@@ -124,8 +124,9 @@ class FragBuilder:
                 return self.join(rank)
             src = (rank - 1) % self.n if src is None else np.broadcast_to(np.asarray(src, np.int64), rank.shape)
             # after a hop through a NIC the software time is a delay on the data path (xfer), not rank time
-            dur = np.array([0.0 if self.crosses(s, d) else self.software_ns(s, d)
-                            for s, d in zip(src.tolist(), rank.tolist())])
+            dur = np.zeros(len(rank))
+            local = ~self.crosses_all(src, rank)
+            dur[local] = self.software_all(src[local], rank[local])
             # stream-less: channels run in parallel (their own SMs); the wait sequence of a channel orders them
             return self._add(COMPUTE, rank, stream=-1, dur=np.rint(dur * PS_PER_NS).astype(np.int64))
         if self.cc.step_ns > 0:
@@ -137,6 +138,24 @@ class FragBuilder:
         if key not in self._sw:
             self._sw[key] = s != d and self.view.crosses_nic(s, d)
         return self._sw[key]
+
+    def crosses_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """crosses of every pair (s[i], d[i]) (int arrays), each distinct pair asked once: calls carry the same few
+        pairs over and over (channels, slices)."""
+        return self._per_pair(self.crosses, s, d, bool)
+
+    def software_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """software_ns of every pair (s[i], d[i]), each distinct pair asked once."""
+        return self._per_pair(self.software_ns, s, d, np.float64)
+
+    @staticmethod
+    def _per_pair(fn, s, d, dtype) -> np.ndarray:
+        s, d = np.asarray(s, np.int64), np.asarray(d, np.int64)
+        if not len(s):
+            return np.zeros(0, dtype)
+        m = int(d.max()) + 1
+        pairs, inv = np.unique(s * m + d, return_inverse=True)
+        return np.array([fn(int(p // m), int(p % m)) for p in pairs.tolist()], dtype)[inv.ravel()]
 
     def software_ns(self, s: int, d: int) -> float:
         """nccl-like: per-step software after hop s -> d (fitted step time minus the fabric's own latency)."""
@@ -170,10 +189,10 @@ class FragBuilder:
         self.landed = seen      # the stores' own completion (before any delay): a sender's flow-control window
         if self.protocol:
             s, d = np.broadcast_arrays(np.atleast_1d(np.asarray(src, np.int64)), np.asarray(dst, np.int64))
-            net = np.array([self.crosses(a, b) for a, b in zip(s.tolist(), d.tolist())], bool)
+            net = self.crosses_all(s, d)
             if net.any():
                 k = np.flatnonzero(net)
-                dur = np.array([self.software_ns(int(s[i]), int(d[i])) for i in k])
+                dur = self.software_all(s[k], d[k])
                 dl = self._add(COMPUTE, d[k], stream=-1, dur=np.rint(dur * PS_PER_NS).astype(np.int64))
                 self.edge(seen[k], dl)
                 seen = seen.copy()

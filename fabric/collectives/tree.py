@@ -175,7 +175,7 @@ def allreduce(fb, ready, nbytes):
         issue, seen = fb.xfer(src, dst, nbyte, src_buf, src_off, dst_buf, dst_off)
         landed = fb.landed
         sl, dl = src.tolist(), np.asarray(dst).tolist()
-        net = [fb.crosses(s, d) for s, d in zip(sl, dl)]
+        net = fb.crosses_all(src, dl).tolist()
         dur = np.array([int(round(b * rate[s, x])) for s, b, x in zip(sl, np.asarray(nbyte).tolist(), net)],
                        np.int64)
         pace = fb._add(COMPUTE, src, stream=-1, dur=dur)
