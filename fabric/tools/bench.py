@@ -54,7 +54,8 @@ def oneshot_name(n: int) -> str:
 
 FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "ring-16MB-64",
         "allreduce-1G-dgx-h100"] + \
-       [oneshot_name(n) for n in (128, 256, 512, 1024)] + ["replay-sd200", "replay-sd200-analytic", "replay-1024-analytic"]
+       [oneshot_name(n) for n in (128, 256, 512, 1024)] + \
+       ["replay-sd200", "replay-sd200-analytic", "replay-1024-analytic"]
 QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
 
 
