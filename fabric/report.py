@@ -113,20 +113,13 @@ def step_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray, layers: n
 def task_layers(graph: TaskGraph, trace) -> np.ndarray:
     """The model layer of each task: that of its trace op (compute tasks), -1 for tasks inside collectives."""
     out = np.full(graph.n_tasks, -1, np.int64)
-    if graph.src_op is None:
-        return out
-    layers = [getattr(trace.ops[r], "layer", None) for r in range(trace.n_ranks)]
-    have = np.array([x is not None for x in layers], bool)
-    if not have.any():
-        return out
-    # every rank's op layers in one array, rank after rank: a task's layer is at base[rank] + src_op
-    base = np.zeros(trace.n_ranks + 1, np.int64)
-    np.cumsum([len(x) if x is not None else 0 for x in layers], out=base[1:])
-    flat = np.concatenate([np.asarray(x) for x in layers if x is not None])
-    src, rank = graph.src_op, graph.rank
-    m = np.flatnonzero((src >= 0) & (rank >= 0) & (rank < trace.n_ranks))
-    m = m[have[rank[m]]]
-    out[m] = flat[base[rank[m]] + src[m]]
+    src = graph.src_op if graph.src_op is not None else out
+    for r in range(trace.n_ranks):
+        layer = getattr(trace.ops[r], "layer", None)
+        if layer is None:
+            continue
+        m = (graph.rank == r) & (src >= 0)
+        out[m] = np.asarray(layer)[src[m]]
     return out
 
 

@@ -26,6 +26,23 @@ def test_step_summary_adds_up():
     assert s["comm_fraction"] == 0.25 and s["critical_path_tasks"] == 2
 
 
+def test_split_by_group_follows_the_compiled_walk_through_ties():
+    """With groups, critical_path splits the kernel's path (critical_path_walk's with_path): the same split as the
+    reference's walk, also where ends tie (the lowest predecessor; the stream's previous task only if later)."""
+    from fabric.report import critical_path_reference
+    b = GraphBuilder(2)
+    ids = b.add_tasks(COMPUTE, [0, 0, 1, 0, 0], stream=[0, 0, 0, 0, 1], duration_ps=[5, 5, 5, 0, 5])
+    b.add_edges([ids[0], ids[2]], [ids[3], ids[3]])
+    g = b.build()
+    groups = np.array([0, 1, -1, 2, 3])
+    for start, end in ((np.array([0, 5, 0, 10, 10]), np.array([5, 10, 10, 10, 15])),
+                       (np.array([0, 0, 0, 10, 10]), np.array([5, 5, 5, 10, 15])),
+                       (np.array([0, 2, 0, 12, 12]), np.array([12, 12, 12, 12, 17]))):
+        got = critical_path(g, start, end, groups)
+        assert got == critical_path_reference(g, start, end, groups)
+        assert sum(c for c, _ in got["by_group"].values()) == got["compute_ps"]
+
+
 def test_compiled_walk_matches_the_reference_on_replayed_steps():
     """The kernel extension's walk (report.pxi) and the numpy/Python definition agree on real runs, both engines."""
     from fabric import sim
@@ -51,20 +68,6 @@ def test_compiled_walk_matches_the_reference_on_replayed_steps():
         assert sum(m for _, m in by["by_group"].values()) == by["comm_ps"]
 
 
-def test_task_layers_reads_each_rank_s_own_ops():
-    """A compute task's layer is its own rank's op's (ranks' op tables differ in length and layers); tasks without
-    an op (inside collectives) and ranks without layers get -1."""
-    from types import SimpleNamespace
-
-    from fabric.report import task_layers
-    b = GraphBuilder(3)
-    b.add_tasks(COMPUTE, [0, 1, 1, 2, 0], stream=0, duration_ps=1, src_op=[1, 0, 2, 0, -1])
-    g = b.build()
-    ops = [SimpleNamespace(layer=np.array([7, 8], np.int32)), SimpleNamespace(layer=np.array([3, 4, 5], np.int32)),
-           SimpleNamespace()]
-    assert task_layers(g, SimpleNamespace(n_ranks=3, ops=ops)).tolist() == [8, 3, 5, -1, -1]
-
-
 def test_compiled_walk_breaks_ties_as_the_reference():
     """Equal ends: the lowest predecessor wins, and the stream's previous task only when it ended strictly later;
     equal starts on a stream are ordered by id."""
@@ -77,5 +80,3 @@ def test_compiled_walk_breaks_ties_as_the_reference():
                        (np.array([0, 0, 0, 10, 10]), np.array([5, 5, 5, 10, 15])),
                        (np.array([0, 2, 0, 12, 12]), np.array([12, 12, 12, 12, 17]))):
         assert critical_path(g, start, end) == critical_path_reference(g, start, end)
-        groups = np.array([0, 1, -1, 2, 3])
-        assert critical_path(g, start, end, groups) == critical_path_reference(g, start, end, groups)

@@ -433,6 +433,10 @@ def calibration_row(t: CalTable, engine: str = "analytic") -> dict:
                                 engine)
 
 
+def calibration_rows(engine: str = "analytic", tables=CALIBRATION, jobs: int | None = None) -> list[dict]:
+    return pool.pmap(calibration_row, [(t, engine) for t in tables], jobs)
+
+
 def format_calibration(rows: list[dict]) -> str:
     w = max(len(r["key"]) - len("calibration:") for r in rows)
     ws = max(len(r["system"]) for r in rows)
