@@ -83,10 +83,11 @@ def recapture(fixed_kernel_ns: float | None = None, chip: str = "sd200-accelerat
 
 
 def allreduce_us(cfg: FabricConfig, nbytes: int, engine: str = "packet", topo=None) -> tuple[float, str]:
-    """Time of one AllReduce and what ran: the algorithm, with protocol and channels under nccl-like (ring/LL/1)."""
+    """Time of one AllReduce and what ran: the algorithm, with protocol and channels under nccl-like (ring/LL/1).
+    On `topo`, default the network cfg describes, built once per process (fabric.network.shared)."""
     with warnings.catch_warnings():     # nccl-like's clamp notice (fabric hop > fitted LL step) on sd200's long paths
         warnings.simplefilter("ignore", UserWarning)
-        r = probe_collective(cfg, "allreduce", nbytes, engine=engine, topo=topo)
+        r = probe_collective(cfg, "allreduce", nbytes, engine=engine, topo=shared(cfg) if topo is None else topo)
     alg = r["algorithm"]
     if r.get("protocol"):
         alg += f"/{r['protocol']}/{r['channels']}"
