@@ -204,7 +204,7 @@ def _cost(run: tuple) -> float:
     if what == "sweep":                 # packet engine: grows with the bytes, fastest on the sd200 library
         return {"opt": 0.02, "unopt_hd": 0.02, "unopt": 0.045, "roce": 0.12}[run[1]] * run[2] / 2**20
     if what == "calibration":           # analytic engine; the cost is in building the collective's graph
-        op, nbytes, _ = calibration_measurements(CALIBRATION[run[1]])[run[2]]
+        _, nbytes, _ = calibration_measurements(CALIBRATION[run[1]])[run[2]]
         return 0.015 * math.log2(max(nbytes, 2))
     return {"replay": 1.1, "sensitivity": 1.1, "step": 0.6}.get(what, 0.05)
 
