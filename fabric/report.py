@@ -21,17 +21,39 @@ def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray, groups: 
     waiting go to the group of the last grouped compute task before them on the path (the layer whose output is
     being communicated), or to the first one after them when none precedes.
 
-    Without groups the walk runs in the kernel extension (report.pxi: a counting sort of the edges, each stream
-    sorted when the walk first reaches it); critical_path_reference below is the same walk in numpy and Python, and
-    the one that splits by group."""
-    if groups is not None:
-        return critical_path_reference(graph, start, end, groups)
+    The walk runs in the kernel extension (report.pxi: a counting sort of the edges, each stream sorted when the
+    walk first reaches it), which also hands back the path for the split by group; critical_path_reference below
+    is the same walk in numpy and Python."""
     from fabric._check_build import kernel
     if graph.n_tasks == 0:
-        return dict(compute_ps=0, comm_ps=0, tasks=0)
-    compute_ps, comm_ps, length = kernel.critical_path_walk(graph.succ_ptr, graph.succ_idx, start, end, graph.kind,
-                                                            graph.coll, graph.rank, graph.stream, COMPUTE)
-    return dict(compute_ps=int(compute_ps), comm_ps=int(comm_ps), tasks=int(length))
+        return dict(compute_ps=0, comm_ps=0, tasks=0, **({"by_group": {}} if groups is not None else {}))
+    got = kernel.critical_path_walk(graph.succ_ptr, graph.succ_idx, start, end, graph.kind, graph.coll, graph.rank,
+                                    graph.stream, COMPUTE, groups is not None)
+    out = dict(compute_ps=int(got[0]), comm_ps=int(got[1]), tasks=int(got[2]))
+    if groups is not None:
+        p = got[3]
+        seg = np.zeros(len(p), np.int64)             # when the constraint that released each path task ended
+        seg[:-1] = end[p[1:]]
+        comp = (graph.kind[p] == COMPUTE) & (graph.coll[p] < 0)
+        g = np.where(comp, groups[p], -1)
+        busy = np.where(comp, end[p] - start[p], 0)
+        wait = np.where(comp, start[p], end[p]) - seg
+        out["by_group"] = _by_group(list(zip(g[::-1].tolist(), busy[::-1].tolist(), wait[::-1].tolist())))
+    return out
+
+
+def _by_group(path: list[tuple[int, int, int]]) -> dict:
+    """{group: [compute_ps, comm_ps]} from the path in time order, as (group or -1, compute ps, other ps) per task
+    (see critical_path)."""
+    current = next((g for g, c, _ in path if g >= 0 and c), -1)
+    by: dict[int, list[int]] = {}
+    for g, comp, comm in path:
+        by.setdefault(current, [0, 0])[1] += comm   # waiting / communication: the layer before it
+        if g >= 0:
+            current = g
+        if comp:
+            by.setdefault(g, [0, 0])[0] += comp
+    return dict(sorted(by.items()))
 
 
 def critical_path_reference(graph: TaskGraph, start: np.ndarray, end: np.ndarray,
@@ -69,16 +91,7 @@ def critical_path_reference(graph: TaskGraph, start: np.ndarray, end: np.ndarray
         t = prev
     out = dict(compute_ps=int(compute_ps), comm_ps=int(comm_ps), tasks=length)
     if path is not None:
-        path.reverse()                           # time order
-        current = next((g for g, c, _ in path if g >= 0 and c), -1)
-        by: dict[int, list[int]] = {}
-        for g, comp, comm in path:
-            by.setdefault(current, [0, 0])[1] += comm   # waiting / communication: the layer before it
-            if g >= 0:
-                current = g
-            if comp:
-                by.setdefault(g, [0, 0])[0] += comp
-        out["by_group"] = dict(sorted(by.items()))
+        out["by_group"] = _by_group(path[::-1])   # time order
     return out
 
 

@@ -96,6 +96,18 @@ def test_explicit_small_value_warns_once_naming_the_parameter(capsys):
     assert "of 448 GB/s" in err[0] and "use 0 (auto" in err[0]
 
 
+def test_no_warnings_silences_a_cap_set_on_purpose_only_inside(capsys):
+    """fabric-validate's sensitivity points halve the credit pool on purpose: no warning inside sim.no_warnings(),
+    and the same config still warns outside it (nothing was remembered as already said)."""
+    cfg = load_config("link", overrides={**FAST, "link.credit_flits": 64})
+    topo = build(cfg)
+    with sim.no_warnings():
+        sim.kernel_params(cfg, topo)
+    assert capsys.readouterr().err == ""
+    sim.kernel_params(cfg, topo)
+    assert capsys.readouterr().err.startswith("warning: link.credit_flits=64 caps")
+
+
 def test_explicit_window_warns_naming_the_pair(capsys):
     cfg = load_config("sd200", overrides={"endpoint.e2e_window_bytes": 65536})
     sim.kernel_params(cfg, build(cfg))

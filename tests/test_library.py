@@ -230,3 +230,28 @@ def test_alltoall_posts_remote_sends_in_sequence():
     assert r["time_us"] * 1e3 > lib.value("launch_ns") + 8 * lib.value("o_p2p_ns")
     frag = collectives.build("alltoall", "direct", 1024 * 8, 8, ROCE)
     assert (frag.duration_ps == round(lib.value("o_p2p_ns") * 1e3)).sum() == 0
+
+
+def test_frag_builder_single_edges_and_per_pair_lookups_equal_the_plain_forms():
+    """The builder's shortcuts (single edges kept as ints; NIC crossings and software asked once per rank pair of a
+    call) give what edges added as arrays and the per-pair calls give."""
+    from fabric.collectives._frag import FragBuilder
+    hgx = load_config(preset="hgx-h200-2x8-roce", overrides={"collectives.library": "nccl-like"})
+    view = lib.FabricView(hgx)
+    frags = []
+    for single in (True, False):
+        fb = FragBuilder("allreduce", "ring", 16, 1024, hgx.collectives, semantics=False,
+                         choice=lib.Choice("ring", "LL", 1), view=view)
+        start, ready = fb.prologue()
+        a, b = fb.join(np.arange(16)), fb.join(np.arange(16))
+        for s, d in zip(a.tolist(), b.tolist()):
+            fb.edge(s, d) if single else fb.edge(np.array([s]), np.array([d]))
+        fb.edge(ready, a)
+        frags.append(fb.finish(start, b))
+        rng = np.random.default_rng(0)
+        s, d = rng.integers(0, 16, 200), rng.integers(0, 16, 200)
+        assert fb.crosses_all(s, d).tolist() == [fb.crosses(int(x), int(y)) for x, y in zip(s, d)]
+        assert fb.crosses_all(s, d).any() and not fb.crosses_all(s, d).all()
+        assert fb.software_all(s, d).tolist() == [fb.software_ns(int(x), int(y)) for x, y in zip(s, d)]
+    assert np.array_equal(frags[0].edge_src, frags[1].edge_src)
+    assert np.array_equal(frags[0].edge_dst, frags[1].edge_dst)

@@ -26,22 +26,46 @@ def test_step_summary_adds_up():
     assert s["comm_fraction"] == 0.25 and s["critical_path_tasks"] == 2
 
 
+def test_split_by_group_follows_the_compiled_walk_through_ties():
+    """With groups, critical_path splits the kernel's path (critical_path_walk's with_path): the same split as the
+    reference's walk, also where ends tie (the lowest predecessor; the stream's previous task only if later)."""
+    from fabric.report import critical_path_reference
+    b = GraphBuilder(2)
+    ids = b.add_tasks(COMPUTE, [0, 0, 1, 0, 0], stream=[0, 0, 0, 0, 1], duration_ps=[5, 5, 5, 0, 5])
+    b.add_edges([ids[0], ids[2]], [ids[3], ids[3]])
+    g = b.build()
+    groups = np.array([0, 1, -1, 2, 3])
+    for start, end in ((np.array([0, 5, 0, 10, 10]), np.array([5, 10, 10, 10, 15])),
+                       (np.array([0, 0, 0, 10, 10]), np.array([5, 5, 5, 10, 15])),
+                       (np.array([0, 2, 0, 12, 12]), np.array([12, 12, 12, 12, 17]))):
+        got = critical_path(g, start, end, groups)
+        assert got == critical_path_reference(g, start, end, groups)
+        assert sum(c for c, _ in got["by_group"].values()) == got["compute_ps"]
+
+
 def test_compiled_walk_matches_the_reference_on_replayed_steps():
     """The kernel extension's walk (report.pxi) and the numpy/Python definition agree on real runs, both engines."""
     from fabric import sim
     from fabric.config import load_config
     from fabric.lower import lower
     from fabric.network import build
-    from fabric.report import critical_path_reference
+    from fabric.report import critical_path_reference, task_layers
     from fabric.trace import read
     from pathlib import Path
     cfg = load_config(preset="dgx-h100")
     topo = build(cfg)
-    g = lower(read(str(Path(__file__).resolve().parent.parent / "traces" / "toy-mla-tp8.h5")), cfg)
+    tr = read(str(Path(__file__).resolve().parent.parent / "traces" / "toy-mla-tp8.h5"))
+    g = lower(tr, cfg)
+    layers = task_layers(g, tr)
+    assert (layers >= 0).any()
     for engine in ("packet", "analytic"):
         r = sim.run(cfg, topo, g, engine=engine, transfers=False)
         assert critical_path(g, r.task_start_ps, r.task_end_ps) == \
             critical_path_reference(g, r.task_start_ps, r.task_end_ps)
+        by = critical_path(g, r.task_start_ps, r.task_end_ps, layers)       # the split by layer: the kernel's path
+        assert by == critical_path_reference(g, r.task_start_ps, r.task_end_ps, layers)
+        assert sum(c for c, _ in by["by_group"].values()) == by["compute_ps"]
+        assert sum(m for _, m in by["by_group"].values()) == by["comm_ps"]
 
 
 def test_compiled_walk_breaks_ties_as_the_reference():

@@ -139,10 +139,45 @@ def test_serving_rows_judge_the_published_serving_figures(monkeypatch):
                              tokens_per_s=112.4),
                 batch=dict(rows=[dict(batch=1, tpot_us=8865.0, tokens_per_s_per_user=112.8,
                                       tokens_per_s_per_node=112.8, memory_gib=23.7)]))
-    monkeypatch.setattr(S, "serving", lambda engine="analytic": fake)
+    monkeypatch.setattr(S, "serving", lambda engine="analytic", run_step=None: fake)
     rows = []
     V.serving_rows(rows)
     by = {r["key"]: r for r in rows}
     assert not by["speedup_16_64"]["within_tolerance"] and by["speedup_16_64"]["emulated"] == 1.5
     assert by["tpot_1024"]["within_tolerance"] and by["tpot_1024"]["emulated"] == pytest.approx(8.9)
     assert "112.8" in V.format_batch_sweep(fake["batch"]).splitlines()[1]
+
+
+def test_each_distinct_serving_step_runs_once():
+    """validate runs the serving experiments' steps ahead, in its pool: a step asked with its defaults spelled out is
+    the same step, and the experiments' repeats (batch 1 at context 4096 in all three) run once."""
+    assert V._step_key(64) == V._step_key(64, batch=1, context=4096, weight_dtype="bf16")
+    assert V._step_key(64, batch=2) != V._step_key(64)
+    from fabric.tools import serving as S
+    asked = []
+
+    def record(tp, **kw):
+        asked.append(V._step_key(tp, **kw))
+        return __import__("collections").defaultdict(lambda: 1.0)
+    S.serving(run_step=record)
+    steps = V._serving_steps()
+    assert sorted(steps) == sorted(set(asked)) and len(steps) < len(asked)
+
+
+def test_runs_are_distinct_longest_first_and_cover_every_table_size():
+    runs = V.runs(sensitivity=True)
+    assert len(set(runs)) == len(runs)
+    costs = [V._cost(r) for r in runs]
+    assert costs == sorted(costs, reverse=True)
+    cal = [r for r in runs if r[0] == "calibration"]
+    assert len(cal) == sum(len(V.calibration_measurements(t)) for t in V.CALIBRATION)
+    assert sum(r[0] == "sensitivity" for r in runs) == 2 * len(V.SENSITIVITY)
+    assert ("replay",) in runs and not any(r[0] == "sensitivity" and r[1] is None for r in runs)
+    assert not any(r[0] in ("step", "sensitivity") for r in V.runs(serving=False))
+
+
+def test_calibration_row_is_its_points():
+    """A calibration row built from its sizes run one by one (as validate's pool does) is calibration_row."""
+    t = next(t for t in V.CALIBRATION if t.key == "a100ib_1x8")
+    pts = [V.calibration_point(t, i) for i in range(len(V.calibration_measurements(t)))]
+    assert V._calibration_summary(t, pts, "analytic") == V.calibration_row(t)

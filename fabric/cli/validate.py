@@ -33,11 +33,11 @@ def main(json_path, sweep_engine, calibration_engine, sensitivity, serving, jobs
     check_writable(json_path)
     from fabric.tools import validate as V
     t0 = time.perf_counter()
-    with count_bar(2 if sensitivity else 1, "stages", not quiet, tick=True) as step:
-        step(0, "figures and calibration tables")
-        r = V.validate(sweep_engine, calibration_engine, serving=serving, jobs=jobs)
-        step(1, "sensitivity" if sensitivity else "")
-        sens = V.sensitivity("packet", jobs=jobs) if sensitivity else None
+    n = len(V.runs(sweep_engine, calibration_engine, serving=serving, sensitivity=sensitivity))
+    with count_bar(n, "runs", not quiet, tick=True) as step:
+        r = V.validate(sweep_engine, calibration_engine, serving=serving, sensitivity=sensitivity, jobs=jobs,
+                       progress=step)
+    sens = r["sensitivity"]
     click.echo(V.format_rows(r["rows"]))
     click.echo("")
     click.echo(f"calibration tables (fabric/data/calibration/, docs/calibration.md): nccl-like library on the "

@@ -29,6 +29,9 @@ from fabric.taskgraph import (
 )
 
 
+_INT = (int, np.integer)
+
+
 def bounds(nbytes: int, n: int) -> np.ndarray:
     """Chunk boundaries of an nbytes buffer split n ways as evenly as possible: chunk i = [b[i], b[i+1])."""
     return (np.arange(n + 1, dtype=np.int64) * int(nbytes)) // n
@@ -55,6 +58,8 @@ class FragBuilder:
                                                       "src_off", "data")}
         self._ep: list[np.ndarray] = []
         self._es: list[np.ndarray] = []
+        self._sp: list[int] = []        # single edges (a tree adds ~10^5 one by one): ints, made an array once
+        self._ss: list[int] = []
         self.buf_bytes: dict[int, int] = {}
 
     # ---------------------------------------------------------------- primitives
@@ -67,7 +72,9 @@ class FragBuilder:
                          ("nbytes", nbytes, np.int64), ("dur", dur, np.int64), ("op", op, np.int8),
                          ("dst_buf", dst_buf, np.int8), ("dst_off", dst_off, np.int64), ("length", length, np.int64),
                          ("data", data, bool)):
-            c[k].append(np.broadcast_to(np.asarray(v, dt), (m,)))
+            col = np.empty(m, dt)       # filled by assignment: np.broadcast_to costs ~10x more per call
+            col[...] = v
+            c[k].append(col)
         c["rank"].append(rank.astype(np.int32))
         if src_buf is None:
             c["n_src"].append(np.zeros(m, np.int64))
@@ -84,6 +91,10 @@ class FragBuilder:
         return ids
 
     def edge(self, pred, succ) -> None:
+        if isinstance(pred, _INT) and isinstance(succ, _INT):
+            self._sp.append(int(pred))
+            self._ss.append(int(succ))
+            return
         p, s = np.broadcast_arrays(np.asarray(pred, np.int64), np.asarray(succ, np.int64))
         if p.size:
             self._ep.append(p.ravel())
@@ -113,8 +124,9 @@ class FragBuilder:
                 return self.join(rank)
             src = (rank - 1) % self.n if src is None else np.broadcast_to(np.asarray(src, np.int64), rank.shape)
             # after a hop through a NIC the software time is a delay on the data path (xfer), not rank time
-            dur = np.array([0.0 if self.crosses(int(s), int(d)) else self.software_ns(int(s), int(d))
-                            for s, d in zip(src, rank)])
+            dur = np.zeros(len(rank))
+            local = ~self.crosses_all(src, rank)
+            dur[local] = self.software_all(src[local], rank[local])
             # stream-less: channels run in parallel (their own SMs); the wait sequence of a channel orders them
             return self._add(COMPUTE, rank, stream=-1, dur=np.rint(dur * PS_PER_NS).astype(np.int64))
         if self.cc.step_ns > 0:
@@ -126,6 +138,24 @@ class FragBuilder:
         if key not in self._sw:
             self._sw[key] = s != d and self.view.crosses_nic(s, d)
         return self._sw[key]
+
+    def crosses_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """crosses of every pair (s[i], d[i]) (int arrays), each distinct pair asked once: calls carry the same few
+        pairs over and over (channels, slices)."""
+        return self._per_pair(self.crosses, s, d, bool)
+
+    def software_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """software_ns of every pair (s[i], d[i]), each distinct pair asked once."""
+        return self._per_pair(self.software_ns, s, d, np.float64)
+
+    @staticmethod
+    def _per_pair(fn, s, d, dtype) -> np.ndarray:
+        s, d = np.asarray(s, np.int64), np.asarray(d, np.int64)
+        if not len(s):
+            return np.zeros(0, dtype)
+        m = int(d.max()) + 1
+        pairs, inv = np.unique(s * m + d, return_inverse=True)
+        return np.array([fn(int(p // m), int(p % m)) for p in pairs.tolist()], dtype)[inv.ravel()]
 
     def software_ns(self, s: int, d: int) -> float:
         """nccl-like: per-step software after hop s -> d (fitted step time minus the fabric's own latency)."""
@@ -159,10 +189,10 @@ class FragBuilder:
         self.landed = seen      # the stores' own completion (before any delay): a sender's flow-control window
         if self.protocol:
             s, d = np.broadcast_arrays(np.atleast_1d(np.asarray(src, np.int64)), np.asarray(dst, np.int64))
-            net = np.array([self.crosses(int(a), int(b)) for a, b in zip(s, d)], bool)
+            net = self.crosses_all(s, d)
             if net.any():
                 k = np.flatnonzero(net)
-                dur = np.array([self.software_ns(int(s[i]), int(d[i])) for i in k])
+                dur = self.software_all(s[k], d[k])
                 dl = self._add(COMPUTE, d[k], stream=-1, dur=np.rint(dur * PS_PER_NS).astype(np.int64))
                 self.edge(seen[k], dl)
                 seen = seen.copy()
@@ -322,8 +352,9 @@ class FragBuilder:
     def _fragment(self, start, done) -> Fragment:
         c = self._c
         cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in c.items()}
-        ep = np.concatenate(self._ep) if self._ep else np.zeros(0, np.int64)
-        es = np.concatenate(self._es) if self._es else np.zeros(0, np.int64)
+        # edges are sorted here, so the order they were added in (arrays, then single ones) does not matter
+        ep = np.concatenate(self._ep + [np.array(self._sp, np.int64)])
+        es = np.concatenate(self._es + [np.array(self._ss, np.int64)])
         order = np.lexsort((es, ep))
         ep, es = ep[order], es[order]
         sem = None

@@ -79,7 +79,7 @@ class _Rings:
         self.sent: list = []
         self.last_wait = None
         # injection pacing: lane (r, c) may push payload at most at its share of the rank's copy-loop rate
-        net = np.array([fb.crosses(int(a), int(b)) for a, b in zip(self.rank, self.nxt)], bool)
+        net = fb.crosses_all(self.rank, self.nxt)
         share = np.empty(len(self.rank))
         for r in range(n):
             for flag in (False, True):

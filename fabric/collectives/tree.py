@@ -124,6 +124,7 @@ def allreduce(fb, ready, nbytes):
     lrank = np.repeat(np.arange(n), C)
     lchan = np.tile(np.arange(C), n)
     ready = np.asarray(ready, np.int64)
+    ready_l, lrank_l = ready.tolist(), lrank.tolist()
     cb = bounds(M, C)
     clen = cb[1:] - cb[:-1]
 
@@ -173,38 +174,48 @@ def allreduce(fb, ready, nbytes):
         src = lrank[lanes]
         issue, seen = fb.xfer(src, dst, nbyte, src_buf, src_off, dst_buf, dst_off)
         landed = fb.landed
-        net = np.array([fb.crosses(int(s), int(d)) for s, d in zip(src, dst)], bool)
-        dur = np.array([int(round(int(b) * rate[int(s), bool(x)])) for s, b, x in zip(src, nbyte, net)], np.int64)
+        sl, dl = src.tolist(), np.asarray(dst).tolist()
+        net = fb.crosses_all(src, dl).tolist()
+        dur = np.array([int(round(b * rate[s, x])) for s, b, x in zip(sl, np.asarray(nbyte).tolist(), net)],
+                       np.int64)
         pace = fb._add(COMPUTE, src, stream=-1, dur=dur)
-        tl = fb._add(COMPUTE, dst, stream=-1, dur=np.array([tail_ps(int(s), int(d)) for s, d in zip(src, dst)],
-                                                           np.int64))
+        tl = fb._add(COMPUTE, dst, stream=-1, dur=np.array([tail_ps(s, d) for s, d in zip(sl, dl)], np.int64))
         fb.edge(pace, tl)
-        return dict(lanes=lanes, issue=issue, seen=seen, landed=landed, pace=pace, tail=tl, net=net)
+        # wire's per-send loop reads Python lists: a numpy scalar per element costs more than the work
+        return dict(issue=issue, seen=seen, pace=pace, tail=tl, lanes_l=lanes.tolist(), net_l=net,
+                    issue_l=issue.tolist(), pace_l=pace.tolist(), landed_l=landed.tolist())
 
     def wire(S, idx, after, phase):
         """Sends idx of S start after `after` (their data), in their lane's copy-loop and window sequences."""
         fb.edge(after, S["issue"][idx])
         fb.edge(after, S["pace"][idx])
+        lanes, net, pace, issue, landed = S["lanes_l"], S["net_l"], S["pace_l"], S["issue_l"], S["landed_l"]
+        pred, succ = [], []
         for i in np.atleast_1d(idx).tolist():
-            lane = int(S["lanes"][i])
-            key = (lane, phase, bool(S["net"][i]))
+            lane = lanes[i]
+            key = (lane, phase, net[i])
             if key in last_pace:
-                fb.edge(last_pace[key], S["pace"][i])
-            last_pace[key] = int(S["pace"][i])
+                pred.append(last_pace[key])
+                succ.append(pace[i])
+            last_pace[key] = pace[i]
             hist = sent.setdefault((lane, phase), [])
             if len(hist) >= depth_fc:
-                fb.edge(hist[-depth_fc], S["issue"][i])
-            hist.append(int(S["landed"][i]))
+                pred.append(hist[-depth_fc])
+                succ.append(issue[i])
+            hist.append(landed[i])
+        fb.edge(np.array(pred, np.int64), np.array(succ, np.int64))
 
     def recv(lanes, src, seen, tl, k, phase, slt):
         """The wait of each receiving lane for one incoming slice (pays the hop's software on slice 0)."""
         w = fb.wait(lrank[lanes], src=src, pay=(k == 0))
         fb.edge(seen, w)
         fb.edge(tl, w)
-        for i, lane in enumerate(lanes.tolist()):
-            key = (lane, phase, int(slt[i]))
-            fb.edge(last_wait.get(key, int(ready[lrank[lane]])), w[i])
-            last_wait[key] = int(w[i])
+        prev = []
+        for lane, s, wi in zip(lanes.tolist(), np.asarray(slt).tolist(), w.tolist()):
+            key = (lane, phase, s)
+            prev.append(last_wait.get(key, ready_l[lrank_l[lane]]))
+            last_wait[key] = wi
+        fb.edge(np.array(prev, np.int64), w)
         return w
 
     maxd = int(depth.max())

@@ -12,10 +12,12 @@ Cases (see docs/performance.md for figures):
 - `ring-16MB-64`: one 16 MB ring AllReduce over the 64 ranks of sd200.
 - `allreduce-1G-dgx-h100`: a 1 GiB AllReduce on the 8 GPUs of dgx-h100 as its nccl-like library runs it (the
   tuner's algorithm, protocol and channels): the size a user sweeps to in nccl-tests.
-- `replay-sd200`, `replay-1024-analytic`: `fabric-replay` end to end in the child, each stage timed (read or
-  capture, topology, lower, engine construction, run, report; printed under the table, `stages` in the JSON): the
-  shipped step on the packet engine, and its 16 DP replicas on sd200-1024 (workload deepseek-r1-dp16-tp64) on the
-  analytic engine, so that time and memory outside the kernel show.
+- `replay-sd200`, `replay-sd200-analytic`, `replay-1024-analytic`: `fabric-replay` end to end in the child, each
+  stage timed (read or capture, topology, lower, engine construction, run, report with the split by layer; printed
+  under the table, `stages` in the JSON), and the child process's whole wall time (`process_s`: interpreter start,
+  imports and exit too, what `time fabric-replay` shows): the shipped step on both engines, and its 16 DP replicas
+  on sd200-1024 (workload deepseek-r1-dp16-tp64) on the analytic engine, so that time and memory outside the kernel
+  show.
 - `oneshot-N` (N = 128 .. 1024, presets sd200-N): the same one-shot traffic with 256 B packets; above 64 ranks
   the message shrinks as 64/N so that the total stays tractable (packets then grow linearly in N, not N^2), and
   the case name says the message size. The scaling exponent is fitted on wall time vs packets.
@@ -52,22 +54,24 @@ def oneshot_name(n: int) -> str:
 
 FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "ring-16MB-64",
         "allreduce-1G-dgx-h100"] + \
-       [oneshot_name(n) for n in (128, 256, 512, 1024)] + ["replay-sd200", "replay-1024-analytic"]
+       [oneshot_name(n) for n in (128, 256, 512, 1024)] + \
+       ["replay-sd200", "replay-sd200-analytic", "replay-1024-analytic"]
 QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
 
 
 def _replay_stages(case: str):
     """replay-sd200[-analytic] (the shipped DeepSeek-R1 step) or replay-1024[-analytic] (its 16 DP replicas on
     sd200-1024, workload deepseek-r1-dp16-tp64) end to end, each stage timed: read (or capture), topology (build and
-    route), lower, engine (Engine() construction), run, report (critical path and summaries). Returns the
-    RunResult with .stages = {stage: seconds}."""
+    route), lower, engine (Engine() construction), run, report (critical path split by layer, and summaries). Returns
+    the RunResult with .stages = {stage: seconds}."""
+    import fabric.cli.common  # noqa: F401  (the commands' malloc setting: the peak RSS fabric-replay has)
     from fabric import sim
     from fabric import trace as tracemod
     from fabric._check_build import kernel
     from fabric.config import load_config
     from fabric.lower import lower
     from fabric.network import build
-    from fabric.report import collective_summary, link_summary, step_summary
+    from fabric.report import collective_summary, link_summary, step_summary, task_layers
     engine = "analytic" if case.endswith("-analytic") else "packet"
     big = case.startswith("replay-1024")
     st, t = {}, time.perf_counter()
@@ -81,10 +85,12 @@ def _replay_stages(case: str):
     topo = build(cfg)
     st["topology"], t = time.perf_counter() - t, time.perf_counter()
     graph = lower(tr, cfg)
-    del tr
     st["lower"], t = time.perf_counter() - t, time.perf_counter()
-    eng = kernel.Engine(sim.kernel_params(cfg, topo), sim.as_arrays(topo), sim.as_arrays(graph),
-                        engine == "analytic")
+    topo_arrays, graph_arrays = sim.as_arrays(topo), sim.as_arrays(graph)     # sim.run's set-up, step by step
+    sim.check_switch_legs(topo_arrays, graph_arrays)
+    sim.check_size(cfg, topo_arrays, graph_arrays, engine)
+    kernel_graph, xlate = sim.kernel_inputs(cfg, topo, graph_arrays)
+    eng = kernel.Engine(sim.kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate)
     st["engine"], t = time.perf_counter() - t, time.perf_counter()
     while eng.run(max_events=2_000_000) == kernel.PAUSED:
         pass
@@ -94,7 +100,7 @@ def _replay_stages(case: str):
     res = sim.RunResult(engine=engine, outcome="done", now_ps=eng.now_ps, events=eng.events, wall_s=st["run"],
                         totals=eng.totals(), counters=counters, task_start_ps=start, task_end_ps=end,
                         link_state={}, transfers={})
-    step = step_summary(graph, start, end)
+    step = step_summary(graph, start, end, task_layers(graph, tr))
     collective_summary(graph, start, end)
     link_summary(topo, res, step["step_ps"])
     st["report"] = time.perf_counter() - t
@@ -154,10 +160,12 @@ def child(case: str) -> None:
 
 def run_case(case: str) -> dict:
     """Run one case in a fresh interpreter; its peak RSS comes from the kernel's rusage of that child alone."""
+    t0 = time.perf_counter()
     p = subprocess.Popen([sys.executable, "-c", f"from fabric.tools.bench import child; child({case!r})"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.stdout.read(), p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)
+    process_s = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise RuntimeError(f"bench case {case} failed (exit {p.returncode}):\n{err[-2000:]}")
@@ -166,7 +174,8 @@ def run_case(case: str) -> dict:
     rss_kb = ru.ru_maxrss if sys.platform != "darwin" else ru.ru_maxrss / 1024
     return dict(case=case, packets=r["packets"], packet_hops=r["packet_hops"], events=r["events"],
                 wall_s=r["wall_s"], events_per_s=r["events"] / wall, packet_hops_per_s=r["packet_hops"] / wall,
-                peak_rss_mb=rss_kb / 1024.0, **({"stages": r["stages"]} if r.get("stages") else {}))
+                peak_rss_mb=rss_kb / 1024.0,
+                **({"stages": r["stages"], "process_s": process_s} if r.get("stages") else {}))
 
 
 def scaling_exponent(rows: list[dict], per: str = "packets", of: str = "wall_s") -> float | None:
@@ -257,7 +266,8 @@ def render(rows: list[dict], repeat: int = 1) -> str:
         if r.get("stages"):
             st = r["stages"]
             lines.append(f"{r['case']}: end to end {sum(st.values()):.2f} s in the child = "
-                         + " + ".join(f"{k} {v:.2f}" for k, v in st.items()) + " (wall s above: run)")
+                         + " + ".join(f"{k} {v:.2f}" for k, v in st.items()) + " (wall s above: run); process "
+                         f"{r['process_s']:.2f} s with interpreter, imports and exit")
     if repeat > 1:
         lines.append(f"wall s: the fastest of {repeat} runs of each case")
     k = scaling_exponent(rows)

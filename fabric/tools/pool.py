@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 
 def default_jobs() -> int:
@@ -27,7 +27,7 @@ def _call(job):
 def pmap(fn, arg_tuples, jobs: int | None = None, progress=None) -> list:
     """[fn(*a) for a in arg_tuples], over `jobs` processes (default: default_jobs()); fn must be a module-level
     function. Longest calls first is the caller's business (the pool hands calls out in order). `progress()` is
-    called once per result, as results arrive in order."""
+    called once per result, as results arrive."""
     calls = [tuple(a) for a in arg_tuples]
     jobs = default_jobs() if jobs is None else int(jobs)
     tick = progress or (lambda: None)
@@ -42,8 +42,7 @@ def pmap(fn, arg_tuples, jobs: int | None = None, progress=None) -> list:
     except ValueError:              # pragma: no cover - no fork on this platform
         ctx = None
     with ProcessPoolExecutor(max_workers=min(jobs, len(calls)), mp_context=ctx) as ex:
-        out = []
-        for r in ex.map(_call, [(fn, a) for a in calls]):
-            out.append(r)
+        futs = [ex.submit(_call, (fn, a)) for a in calls]     # handed out in this order as workers free up
+        for _ in as_completed(futs):
             tick()
-        return out
+        return [f.result() for f in futs]

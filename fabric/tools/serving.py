@@ -16,6 +16,7 @@ engine's 49 us for 458 KB), so the batch sweep's exposed communication there is 
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -70,6 +71,12 @@ def step(tp: int, *, batch: int = 1, context: int = 4096, weight_dtype: str = "b
 def memory(tp: int, *, batch: int = 1, context: int = 4096, weight_dtype: str = "bf16", chip: str = CHIP,
            model: str = MODEL) -> dict:
     """Per-rank memory plan (fabric.capture.memory) of a pure-TP plan."""
+    return dict(_memory(tp, batch, context, weight_dtype, chip, model))
+
+
+@functools.lru_cache(maxsize=256)
+def _memory(tp: int, batch: int, context: int, weight_dtype: str, chip: str, model: str) -> dict:
+    """memory's plan, once per process (~20 ms each; max_batch's bisections and the experiments ask again)."""
     from fabric.capture import Plan, load_chip, resolve_model
     from fabric.capture.memory import memory_plan
     from fabric.capture.spec import spec_from_config
@@ -106,7 +113,7 @@ def max_batch(tp: int, *, context: int, weight_dtype: str, chip: str = CHIP, mod
 
 
 def scaling_16_vs_64(*, chip: str = CHIP, engine: str = ENGINE, context: int = 4096, output: int = 1024,
-                     like_for_like: bool = True) -> dict:
+                     like_for_like: bool = True, run_step=step) -> dict:
     """DeepSeek-R1 TP16 vs TP64 (pure tensor parallelism, as the SD200 stack runs it).
 
     Rows: one per configuration (ranks, weight dtype, memory per rank, whether BF16 fits, TPOT at batch 1, the
@@ -124,13 +131,13 @@ def scaling_16_vs_64(*, chip: str = CHIP, engine: str = ENGINE, context: int = 4
         row = dict(ranks=n, weight_dtype=wd, memory_gib=mem["total_gib"], weights_gib=mem["weights_gib"],
                    capacity_gib=mem["capacity_gib"], fits=bool(mem["fits"]),
                    allow_oversubscribe=not mem["fits"])
-        st = step(n, context=context, weight_dtype=wd, chip=chip, engine=engine)
+        st = run_step(n, context=context, weight_dtype=wd, chip=chip, engine=engine)
         row.update(tpot_us=st["tpot_us"], compute_us=st["compute_us"], exposed_comm_us=st["exposed_comm_us"],
                    tokens_per_s_per_user=st["tokens_per_s_per_user"])
         mb = max_batch(n, context=context + output, weight_dtype=wd, chip=chip)
         row["max_batch"] = mb
         if mb:
-            sb = step(n, batch=mb, context=context, weight_dtype=wd, chip=chip, engine=engine)
+            sb = run_step(n, batch=mb, context=context, weight_dtype=wd, chip=chip, engine=engine)
             row.update(max_batch_tpot_us=sb["tpot_us"], max_batch_tokens_per_s=sb["tokens_per_s"])
         rows.append(row)
     by = {(r["ranks"], r["weight_dtype"]): r for r in rows}
@@ -154,13 +161,14 @@ def scaling_16_vs_64(*, chip: str = CHIP, engine: str = ENGINE, context: int = 4
 
 
 def context_growth(*, start: int = 4096, output: int = 1024, samples: int = 5, batch: int = 1, tp: int = 64,
-                   chip: str = CHIP, engine: str = ENGINE, weight_dtype: str = "bf16") -> dict:
+                   chip: str = CHIP, engine: str = ENGINE, weight_dtype: str = "bf16", run_step=step) -> dict:
     """TPOT of output token t (0 <= t < output) sees start + t tokens of context; sample `samples` contexts evenly
     from start to start + output and integrate (trapezoid; TPOT is linear in the context to within the model's
     rounding) into the mean TPOT over the whole output and its tokens/s."""
     t0 = time.perf_counter()
     ctxs = np.unique(np.linspace(start, start + output, samples).round().astype(int))
-    rows = [step(tp, batch=batch, context=int(c), weight_dtype=weight_dtype, chip=chip, engine=engine) for c in ctxs]
+    rows = [run_step(tp, batch=batch, context=int(c), weight_dtype=weight_dtype, chip=chip, engine=engine)
+            for c in ctxs]
     tp_us = np.array([r["tpot_us"] for r in rows])
     tokens = np.arange(output) + start
     mean = float(np.interp(tokens, ctxs, tp_us).mean())
@@ -174,12 +182,12 @@ def context_growth(*, start: int = 4096, output: int = 1024, samples: int = 5, b
 
 
 def batch_sweep(*, batches=(1, 2, 4, 8, 16, 32, 64), context: int = 4096, tp: int = 64, chip: str = CHIP,
-                engine: str = ENGINE, weight_dtype: str = "bf16") -> dict:
+                engine: str = ENGINE, weight_dtype: str = "bf16", run_step=step) -> dict:
     """Tokens/s per user (1 / TPOT) and per node (the whole tp-rank super-node: batch / TPOT) for each batch."""
     t0 = time.perf_counter()
     rows = []
     for b in batches:
-        st = step(tp, batch=int(b), context=context, weight_dtype=weight_dtype, chip=chip, engine=engine)
+        st = run_step(tp, batch=int(b), context=context, weight_dtype=weight_dtype, chip=chip, engine=engine)
         mem = memory(tp, batch=int(b), context=context, weight_dtype=weight_dtype, chip=chip)
         rows.append(dict(batch=int(b), tpot_us=st["tpot_us"], compute_us=st["compute_us"],
                          exposed_comm_us=st["exposed_comm_us"], tokens_per_s_per_user=st["tokens_per_s_per_user"],
@@ -189,8 +197,10 @@ def batch_sweep(*, batches=(1, 2, 4, 8, 16, 32, 64), context: int = 4096, tp: in
                 context=context, ranks=tp, rows=rows, wall_s=time.perf_counter() - t0)
 
 
-def serving(engine: str = ENGINE) -> dict:
-    """All three experiments."""
-    return dict(scaling=scaling_16_vs_64(engine=engine), context=context_growth(engine=engine),
-                batch=batch_sweep(engine=engine))
+def serving(engine: str = ENGINE, run_step=step) -> dict:
+    """All three experiments. Every decode step goes through `run_step` (step's arguments; default: step itself),
+    so a caller can run the steps elsewhere first (fabric.tools.validate: in parallel, each distinct step once)."""
+    return dict(scaling=scaling_16_vs_64(engine=engine, run_step=run_step),
+                context=context_growth(engine=engine, run_step=run_step),
+                batch=batch_sweep(engine=engine, run_step=run_step))
 

@@ -185,8 +185,8 @@ def _tune_malloc() -> None:
     if _TUNED:
         return
     _TUNED = True
-    from fabric._malloc import set_thresholds
-    set_thresholds(trim=256 << 20, mmap=32 << 20)     # 32 MiB: glibc's largest mmap threshold on 64-bit
+    from fabric._malloc import reuse_freed_arrays
+    reuse_freed_arrays()
 
 
 def run_point(point: Point, cache: str = ".fabric-sweep-cache") -> dict:

@@ -20,6 +20,7 @@ for one node and 20 % for several (issue 16).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import time
@@ -31,7 +32,7 @@ import numpy as np
 from fabric import sim
 from fabric import trace as tracemod
 from fabric.config import FabricConfig, load_config
-from fabric.network import build
+from fabric.network import shared
 from fabric.tools.collective_probe import probe_collective, sizes
 from fabric.tools.latency_probe import probe_latency
 from fabric.tools.link_probe import probe_link
@@ -83,10 +84,11 @@ def recapture(per_kernel_ns: float | None = None, chip: str = "sd200-accelerator
 
 
 def allreduce_us(cfg: FabricConfig, nbytes: int, engine: str = "packet", topo=None) -> tuple[float, str]:
-    """Time of one AllReduce and what ran: the algorithm, with protocol and channels under nccl-like (ring/LL/1)."""
+    """Time of one AllReduce and what ran: the algorithm, with protocol and channels under nccl-like (ring/LL/1).
+    On `topo`, default the network cfg describes, built once per process (fabric.network.shared)."""
     with warnings.catch_warnings():     # nccl-like's clamp notice (fabric hop > fitted LL step) on sd200's long paths
         warnings.simplefilter("ignore", UserWarning)
-        r = probe_collective(cfg, "allreduce", nbytes, engine=engine, topo=topo)
+        r = probe_collective(cfg, "allreduce", nbytes, engine=engine, topo=shared(cfg) if topo is None else topo)
     alg = r["algorithm"]
     if r.get("protocol"):
         alg += f"/{r['protocol']}/{r['channels']}"
@@ -138,7 +140,8 @@ def _verdict(key: str, name: str, emulated: float, engine: str, note: str = "") 
 
 
 def _experiment(what: str, *args):
-    """One independent experiment of `validate`, by name (a module-level function: it runs in a pool worker)."""
+    """One independent run of `validate`, by name (a module-level function: it runs in a pool worker)."""
+    _reuse_heap()
     if what == "replay":
         return replay_trace(shipped_trace(), load_config("sd200"), "packet")
     if what == "link":
@@ -152,23 +155,87 @@ def _experiment(what: str, *args):
     if what == "sweep":
         return _sweep_point(*args)
     if what == "calibration":
-        return calibration_row(CALIBRATION[args[0]], args[1])
+        return calibration_point(CALIBRATION[args[0]], args[1], args[2])
+    if what == "step":
+        from fabric.tools import serving as S
+        return S.step(**dict(args[0]))
+    if what == "sensitivity":
+        return _sensitivity_point(*args)
     raise ValueError(what)
 
 
+def _reuse_heap() -> None:
+    """Keep freed arrays in the heap (glibc), so that one run's arrays are reused by the next instead of mapped and
+    zeroed again (the commands' own setting returns them: fabric.cli.common); results are unaffected."""
+    from fabric._malloc import reuse_freed_arrays
+    reuse_freed_arrays()
+
+
+def _step_key(tp: int, **kw) -> tuple:
+    """serving.step's call as sorted (argument, value) pairs, defaults filled in: equal calls, equal keys."""
+    import inspect
+
+    from fabric.tools import serving as S
+    b = inspect.signature(S.step).bind(tp, **kw)
+    b.apply_defaults()
+    args = dict(b.arguments)
+    args.update(args.pop("capture_kw"))
+    return tuple(sorted(args.items()))
+
+
+def _serving_steps() -> list[tuple]:
+    """The distinct decode steps the serving experiments run (as _step_key), found by running them with a stand-in
+    step whose every figure is 1.0: which steps they run follows from memory plans, never from a step's result."""
+    from collections import defaultdict
+
+    from fabric.tools import serving as S
+    keys: dict = {}
+
+    def record(tp, **kw):
+        keys[_step_key(tp, **kw)] = None
+        return defaultdict(lambda: 1.0)
+    S.serving(run_step=record)
+    return list(keys)
+
+
+def _cost(run: tuple) -> float:
+    """A rough cost of one run, to hand the pool the longest first (seconds on one core of the development VM,
+    measured once; only the order matters: a wrong guess costs wall time, never a different result)."""
+    what = run[0]
+    if what == "sweep":                 # packet engine: grows with the bytes, fastest on the sd200 library
+        return {"opt": 0.02, "unopt_hd": 0.02, "unopt": 0.045, "roce": 0.12}[run[1]] * run[2] / 2**20
+    if what == "calibration":           # analytic engine; the cost is in building the collective's graph
+        _, nbytes, _ = calibration_measurements(CALIBRATION[run[1]])[run[2]]
+        return 0.015 * math.log2(max(nbytes, 2))
+    return {"replay": 1.1, "sensitivity": 1.1, "step": 0.6}.get(what, 0.05)
+
+
+def runs(sweep_engine: str = "packet", calibration_engine: str = "analytic", calibration: bool = True,
+         serving: bool = True, sensitivity: bool = False) -> list[tuple]:
+    """Every independent run of `validate`, longest first (each a tuple: _experiment's arguments)."""
+    out = [("replay",), ("link",), ("latency",), ("ar14", "opt"), ("ar14", "unopt"), ("ar14", "unopt_hd")]
+    out += [("sweep", k, b, sweep_engine) for b in sizes(*SWEEP) for k in SWEEP_SYSTEMS]
+    if calibration:
+        out += [("calibration", i, j, calibration_engine) for i, t in enumerate(CALIBRATION)
+                for j in range(len(calibration_measurements(t)))]
+    if serving:
+        out += [("step", k) for k in _serving_steps()]
+    if sensitivity:
+        out += [("sensitivity", key, v, "packet") for key, v in _sensitivity_plan()[1]]
+    return sorted(out, key=_cost, reverse=True)
+
+
 def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic", calibration: bool = True,
-             serving: bool = True, jobs: int | None = None) -> dict:
+             serving: bool = True, sensitivity: bool = False, jobs: int | None = None, progress=None) -> dict:
     """Run every experiment; returns rows (the figure table), calibration (one row per calibration table), the
-    sweep, the serving experiments (fabric.tools.serving) and the raw measurements. The figure and calibration
-    experiments run in `jobs` processes (default: every core; 1: serial), with identical results."""
+    sweep, the serving experiments (fabric.tools.serving), the sensitivity table (packet engine; None unless
+    asked) and the raw measurements. Every run (each figure's, each size of each calibration table and of the
+    sweep, each serving step, each sensitivity point; `runs`) is independent: one pool of `jobs` processes
+    (default: every core; 1: serial) runs them all, longest first, with results identical to a serial run.
+    progress() is called once per finished run."""
     t0 = time.perf_counter()
-    # every experiment is independent: one pool runs them all, the longest first (fabric.tools.pool)
-    keys = list(SWEEP_SYSTEMS)
-    sweep_pts = [("sweep", k, b, sweep_engine) for b in sizes(*SWEEP)[::-1] for k in keys]
-    cal_jobs = [("calibration", i, calibration_engine) for i in range(len(CALIBRATION))] if calibration else []
-    jobs_list = [("replay",), ("link",)] + sweep_pts[:len(keys)] + cal_jobs + sweep_pts[len(keys):] + \
-        [("ar14", "opt"), ("ar14", "unopt"), ("ar14", "unopt_hd"), ("latency",)]
-    out = dict(zip(jobs_list, pool.pmap(_experiment, jobs_list, jobs)))
+    todo = runs(sweep_engine, calibration_engine, calibration, serving, sensitivity)
+    out = dict(zip(todo, pool.pmap(_experiment, todo, jobs, progress)))
     rep = out[("replay",)]
     rows = [
         _verdict("tpot", "1. TPOT, DeepSeek-R1 TP64 batch 1 ctx 4096 (sd200)", rep["tpot_us"] / 1e3, "packet",
@@ -183,6 +250,7 @@ def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic",
     rows.append(_verdict("ar14k_speedup", "3. AllReduce 14,336 B x64: sd200 library vs unoptimised", un14 / opt14,
                          "packet", f"{a_opt} {opt14:.2f} us vs nccl-like {a_un} {un14:.1f} us; nccl-like forced "
                                    f"to halving-doubling {hd14:.1f} us = {hd14 / opt14:.1f}x"))
+    keys = list(SWEEP_SYSTEMS)
     sw = []
     for b in sizes(*SWEEP):
         row = dict(bytes=b)
@@ -209,18 +277,26 @@ def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic",
                          100 * lk["payload_efficiency"], "packet",
                          f"retransmission overhead {100 * lk['retransmission_overhead']:.4f}% "
                          f"({lk['units_sent'] - lk['packets_sent']} units resent of {lk['packets_sent']})"))
-    srv = serving_rows(rows) if serving else None
-    cal = [out[j] for j in cal_jobs]
-    return dict(rows=rows, calibration=cal, sweep=sw, serving=srv, replay=rep, latency=lat, link=lk,
-                allreduce_14k=dict(opt_us=opt14, unopt_us=un14, unopt_hd_us=hd14),
+    srv = serving_rows(rows, lambda tp, **kw: out[("step", _step_key(tp, **kw))]) if serving else None
+    cal = [_calibration_summary(t, [out[("calibration", i, j, calibration_engine)]
+                                    for j in range(len(calibration_measurements(t)))], calibration_engine)
+           for i, t in enumerate(CALIBRATION)] if calibration else []
+    sens = None
+    if sensitivity:     # its base point is figure 1's replay and figure 3's AllReduce: the same runs
+        plan, points = _sensitivity_plan()
+        sens = _sensitivity_table(plan, points, (rep["tpot_us"], opt14),
+                                  [out[("sensitivity", key, v, "packet")] for key, v in points])
+    return dict(rows=rows, calibration=cal, sweep=sw, serving=srv, sensitivity=sens, replay=rep, latency=lat,
+                link=lk, allreduce_14k=dict(opt_us=opt14, unopt_us=un14, unopt_hd_us=hd14),
                 wall_s=time.perf_counter() - t0)
 
 
-def serving_rows(rows: list[dict]) -> dict:
+def serving_rows(rows: list[dict], run_step=None) -> dict:
     """The published serving results (fabric.tools.serving, analytic replay engine) appended to `rows` as figures 8
-    and 9; returns the experiments' own rows (the batch sweep has no published figure: reported only)."""
+    and 9; returns the experiments' own rows (the batch sweep has no published figure: reported only). run_step:
+    see serving.serving."""
     from fabric.tools import serving as S
-    srv = S.serving()
+    srv = S.serving(run_step=run_step or S.step)
     sc = srv["scaling"]
     top = sc["speedups"][0]             # the published configuration: 64 cards in BF16 against what 16 need
     rows.append(_verdict("speedup_16_64", "8. DeepSeek-R1 16 -> 64 cards, throughput at the largest batch that fits",
@@ -317,25 +393,30 @@ def _mscclpp_rows(text: str, section: str, ranks: int) -> list[tuple[str, int, f
 
 def calibration_measurements(t: CalTable) -> list[tuple[str, int, float]]:
     """(op, bytes, measured us) of one calibration table; nccl-tests tables: min of out-of-place and in-place."""
-    path = CALIBRATION_DIR / t.file
-    if t.section is not None:
-        return _mscclpp_rows(path.read_text(), t.section, t.ranks)
+    return list(_measurements(t.file, t.section, t.ranks))
+
+
+@functools.lru_cache(maxsize=None)
+def _measurements(file: str, section: str | None, ranks: int) -> tuple:
+    path = CALIBRATION_DIR / file
+    if section is not None:
+        return tuple(_mscclpp_rows(path.read_text(), section, ranks))
     tab = nccl_tests.read(path)
-    return [(tab.op, r.size, r.measured_us) for r in tab.rows]
+    return tuple((tab.op, r.size, r.measured_us) for r in tab.rows)
 
 
-def calibration_row(t: CalTable, engine: str = "analytic") -> dict:
-    """Geomean error of the nccl-like library on the preset matching table `t`, over the table's sizes."""
+def calibration_point(t: CalTable, i: int, engine: str = "analytic") -> dict:
+    """Size i of table `t` (calibration_measurements' order) on the nccl-like library and the matching preset."""
+    op, nbytes, meas = calibration_measurements(t)[i]
     cfg = load_config(t.preset, overrides=dict(t.overrides, **{"collectives.library": "nccl-like"}))
-    topo = build(cfg)
-    detail = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        for op, nbytes, meas in calibration_measurements(t):
-            r = probe_collective(cfg, op, nbytes, ranks=t.ranks, engine=engine, topo=topo)
-            detail.append(dict(op=op, bytes=nbytes, measured_us=meas, emulated_us=r["time_us"],
-                               ratio=r["time_us"] / meas, algorithm=r["algorithm"], protocol=r.get("protocol"),
-                               channels=r.get("channels")))
+        r = probe_collective(cfg, op, nbytes, ranks=t.ranks, engine=engine, topo=shared(cfg))
+    return dict(op=op, bytes=nbytes, measured_us=meas, emulated_us=r["time_us"], ratio=r["time_us"] / meas,
+                algorithm=r["algorithm"], protocol=r.get("protocol"), channels=r.get("channels"))
+
+
+def _calibration_summary(t: CalTable, detail: list[dict], engine: str) -> dict:
     err = nccl_tests.geomean_error([d["emulated_us"] for d in detail], [d["measured_us"] for d in detail])
     worst = max(detail, key=lambda d: abs(math.log(d["ratio"])))
     system = t.preset + "".join(f" {k.split('.')[-1]}={v}" for k, v in t.overrides.items())
@@ -346,6 +427,12 @@ def calibration_row(t: CalTable, engine: str = "analytic") -> dict:
                 worst=dict(op=worst["op"], bytes=worst["bytes"], ratio=worst["ratio"]),
                 ratio_range=(min(d["ratio"] for d in detail), max(d["ratio"] for d in detail)),
                 note=t.note, detail=detail)
+
+
+def calibration_row(t: CalTable, engine: str = "analytic") -> dict:
+    """Geomean error of the nccl-like library on the preset matching table `t`, over the table's sizes."""
+    return _calibration_summary(t, [calibration_point(t, i, engine) for i in range(len(calibration_measurements(t)))],
+                                engine)
 
 
 def calibration_rows(engine: str = "analytic", tables=CALIBRATION, jobs: int | None = None) -> list[dict]:
@@ -382,51 +469,64 @@ _AUTO = {"link.credit_flits": "credit_flits", "link.replay_buffer_flits": "repla
 
 
 def _sensitivity_point(key: str | None, v, engine: str) -> tuple[float, float | None]:
-    """TPOT and (unless the chip's kernel cost is varied) the 14,336 B AllReduce with key = v (None: defaults)."""
+    """TPOT and (unless the chip's kernel cost is varied) the 14,336 B AllReduce with key = v (None: defaults). A
+    flow-control warning about the varied value is not printed: the value is the experiment's, not the user's."""
     sd = load_config("sd200")
     if key is None:
         return replay_trace(shipped_trace(), sd, engine)["tpot_us"], allreduce_us(sd, AR_BYTES, "packet")[0]
     if key == "chip.per_kernel_ns":
         return replay_trace(recapture(v), sd, engine)["tpot_us"], None   # fragments do not use the chip profile
     cfg = load_config("sd200", overrides={key: v})
-    return replay_trace(shipped_trace(), cfg, engine)["tpot_us"], allreduce_us(cfg, AR_BYTES, "packet")[0]
+    with sim.no_warnings():
+        return replay_trace(shipped_trace(), cfg, engine)["tpot_us"], allreduce_us(cfg, AR_BYTES, "packet")[0]
 
 
-def sensitivity(engine: str = "packet", factors=(0.5, 1.5), jobs: int | None = None) -> list[dict]:
-    """TPOT and the 14,336 B AllReduce at each parameter x 0.5 and x 1.5 (the rest at defaults); the points run in
-    `jobs` processes (default: every core; 1: serial), with identical results."""
+def _sensitivity_plan(factors=(0.5, 1.5)) -> tuple[list[dict], list[tuple]]:
+    """The table's rows (parameter, key, base value) and its points (key, value), parameter by parameter, each
+    factor in turn (the base point, every parameter at its default, is not among them)."""
     from fabric.capture import load_chip
     sd = load_config("sd200")
-    rows, points = [], [(None, None, engine)]
+    rows, points = [], []
     for label, key in SENSITIVITY:
-        row = dict(parameter=label, key=key)
         if key == "chip.per_kernel_ns":
             base = load_chip("sd200-accelerator").per_kernel_ns
         else:
             s, f = key.split(".")
             base = getattr(getattr(sd, s), f)
             if base == 0 and key in _AUTO:      # 0 = sized from the fabric: vary the value sd200 resolves to
-                base = sim.flow_control(sd, build(sd), warn=False)[_AUTO[key]]
-        row["base"] = base
+                base = sim.flow_control(sd, shared(sd), warn=False)[_AUTO[key]]
+        rows.append(dict(parameter=label, key=key, base=base, factors=factors))
         for fac in factors:
             v = base * fac
             if isinstance(base, int):
                 v = int(round(v))
-            points.append((key, v, engine))
-        rows.append(row)
-    got = pool.pmap(_sensitivity_point, points, jobs)
-    base_tpot, base_ar = got[0]
-    out, i = [], 1
-    for row in rows:
-        row = dict(parameter=row["parameter"], key=row["key"], base_tpot_us=base_tpot, base_ar_us=base_ar,
-                   base=row["base"])
-        for fac in factors:
+            points.append((key, v))
+    return rows, points
+
+
+def _sensitivity_table(plan: list[dict], points: list[tuple], base: tuple[float, float], got: list[tuple]) \
+        -> list[dict]:
+    """The rows of `sensitivity` from _sensitivity_plan, the base point's (TPOT, AllReduce) and the points'."""
+    base_tpot, base_ar = base
+    out, it = [], iter(zip(points, got))
+    for p in plan:
+        row = dict(parameter=p["parameter"], key=p["key"], base_tpot_us=base_tpot, base_ar_us=base_ar,
+                   base=p["base"])
+        for fac in p["factors"]:
             tag = f"{'-' if fac < 1 else '+'}{abs(round(100 * (fac - 1)))}%"
-            tp, ar = got[i]
-            row[tag] = dict(value=points[i][1], tpot_us=tp, ar_us=base_ar if ar is None else ar)
-            i += 1
+            (_, v), (tp, ar) = next(it)
+            row[tag] = dict(value=v, tpot_us=tp, ar_us=base_ar if ar is None else ar)
         out.append(row)
     return out
+
+
+def sensitivity(engine: str = "packet", factors=(0.5, 1.5), jobs: int | None = None) -> list[dict]:
+    """TPOT and the 14,336 B AllReduce at each parameter x 0.5 and x 1.5 (the rest at defaults); the points run in
+    `jobs` processes (default: every core; 1: serial), with identical results. (fabric-validate runs them in its
+    own pool: validate(sensitivity=True).)"""
+    plan, points = _sensitivity_plan(factors)
+    got = pool.pmap(_sensitivity_point, [(None, None, engine)] + [(k, v, engine) for k, v in points], jobs)
+    return _sensitivity_table(plan, points, got[0], got[1:])
 
 
 def format_rows(rows: list[dict]) -> str:

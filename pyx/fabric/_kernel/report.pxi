@@ -45,12 +45,14 @@ cdef tuple stream_groups(const int32_t[::1] rk, const int32_t[::1] sm, int64_t n
     return gp_a, gm_a, NS
 
 
-def critical_path_walk(succ_ptr_a, succ_idx_a, start_a, end_a, kind_a, coll_a, rank_a, stream_a, int8_t compute):
+def critical_path_walk(succ_ptr_a, succ_idx_a, start_a, end_a, kind_a, coll_a, rank_a, stream_a, int8_t compute,
+                       bint with_path=False):
     """(compute_ps, comm_ps, tasks) of the critical path, exactly as fabric.report.critical_path defines it: from the
     task that ends last (the first such), step to the constraint that released it, the predecessor that ended last
     (the lowest id among equals) or, if it ended strictly later, the task before it on its stream (same rank and
     stream, the latest (start, id) before the task's own). Time on a compute task outside collectives is compute,
-    the wait before it and everything else is exposed communication."""
+    the wait before it and everything else is exposed communication. with_path: a fourth item, the path's task ids
+    (int64) in walk order, the last task first."""
     cdef const int64_t[::1] sp = np.ascontiguousarray(succ_ptr_a, np.int64)
     cdef const int32_t[::1] si = np.ascontiguousarray(succ_idx_a, np.int32)
     cdef const int64_t[::1] st = np.ascontiguousarray(start_a, np.int64)
@@ -62,7 +64,9 @@ def critical_path_walk(succ_ptr_a, succ_idx_a, start_a, end_a, kind_a, coll_a, r
     cdef int64_t n = en.shape[0], u, i, t, best, seg, compute_ps = 0, comm_ps = 0, length = 0, g, lo, hi
     cdef int32_t NS
     if n == 0:
-        return 0, 0, 0
+        return (0, 0, 0, np.zeros(0, np.int64)) if with_path else (0, 0, 0)
+    path_a = np.empty(n if with_path else 1, np.int64)     # pages are touched only as far as the path goes
+    cdef int64_t[::1] path = path_a
     pp_a, pi_a = predecessors_csr(sp, si, n)
     cdef int64_t[::1] pp = pp_a
     cdef int32_t[::1] pi = pi_a
@@ -104,8 +108,12 @@ def critical_path_walk(succ_ptr_a, succ_idx_a, start_a, end_a, kind_a, coll_a, r
             comm_ps += st[t] - seg
         else:
             comm_ps += en[t] - seg
+        if with_path and length < n:
+            path[length] = t
         length += 1
         t = best
+    if with_path:
+        return compute_ps, comm_ps, length, path_a[:length].copy()
     return compute_ps, comm_ps, length
 
 
