@@ -450,6 +450,18 @@ def _with_paths(topo: Topology, pair_of: np.ndarray, start: np.ndarray, end: np.
     return out
 
 
+def confined(topo: Topology, n: int) -> Topology:
+    """A shallow copy of topo that routes only the pairs among ranks 0..n-1 (every other pair has no path): the
+    same candidates in the same order, so a run among those ranks is the same run (bit for bit), while the
+    kernel's set-up interns n^2 pairs' routes instead of R^2 (the auto tiers time 64-rank groups on 1024 ranks)."""
+    R = topo.n_ranks
+    pairs = (np.arange(n, dtype=np.int64)[:, None] * R + np.arange(n)).ravel()
+    cnt = np.diff(topo.pair_ptr)[pairs]
+    path = np.repeat(topo.pair_ptr[pairs] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    return _with_paths(topo, np.repeat(pairs, cnt), topo.path_ptr[path], topo.path_ptr[path + 1], topo.path_ch,
+                       topo.path_vcl, topo.routing)
+
+
 def path_dead(topo: Topology, alive: np.ndarray) -> np.ndarray:
     """bool[paths]: the path crosses a channel not in `alive`."""
     dead = np.concatenate([[0], np.cumsum(~alive[topo.path_ch])])

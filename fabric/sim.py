@@ -139,12 +139,21 @@ def flow_control(cfg: FabricConfig, topo, *, warn: bool = True) -> dict:
     return out
 
 
-def kernel_params(cfg: FabricConfig, topo=None) -> dict:
+def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> dict:
     """The config's scalars in the kernel's units (ps, bytes, flits), with the flow-control sizes resolved on
-    `topo` (flow_control; default: the topology cfg describes)."""
+    `topo` (flow_control; default: the topology cfg describes). The analytic engine has no credits, replay
+    buffers or end-to-end windows (tests/test_flow_control.py checks its results do not depend on them), so for it
+    they are not resolved: the configured values, auto ones standing at the largest packet (flow_control's
+    per-pair window needs cost ~1 s at 1024 ranks)."""
     link, phy, txn, ep = cfg.link, cfg.phy, cfg.txn, cfg.endpoint
-    from fabric.network import shared
-    fc = flow_control(cfg, shared(cfg) if topo is None else topo)
+    if engine == "analytic":
+        from fabric import phy as phymod
+        largest = phymod.packet_flits(cfg, max(txn.max_payload_bytes, txn.max_read_request_bytes))
+        fc = dict(credit_flits=link.credit_flits or largest, replay_buffer_flits=link.replay_buffer_flits or largest,
+                  e2e_window_B=ep.e2e_window_bytes or txn.max_payload_bytes)
+    else:
+        from fabric.network import shared
+        fc = flow_control(cfg, shared(cfg) if topo is None else topo)
     return dict(
         seq_bits=link.seq_bits, replay_buffer_flits=fc["replay_buffer_flits"], ack_every=link.ack_every_packets,
         ack_ps=ps(link.ack_timer_ns), replay_ps=ps(link.replay_timer_ns), replay_limit=link.replay_limit,
@@ -343,7 +352,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     check_switch_legs(topo_arrays, graph_arrays)
     check_size(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
-    eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate)
+    eng = kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
+                        xlate=xlate)
     schedule = Schedule(specs, topo, cfg, alive, retired, migrate) if specs else None
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))

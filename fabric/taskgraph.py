@@ -298,13 +298,10 @@ class _Stamp:
     def fill(self, name: str, out: np.ndarray) -> None:
         f, view = self.frag, out.reshape(self.m, self.frag.n_tasks)
         if name == "rank":
-            view[...] = self.ranks[:, f.rank]
-        elif name == "peer":
-            view[...] = self.ranks[:, np.maximum(f.peer, 0)]
-            view[:, f.peer < 0] = -1
-        elif name == "stream":
-            view[...] = self.streams[:, f.rank]
-            view[:, f.stream < 0] = -1
+            np.take(self.ranks, f.rank, axis=1, out=view)
+        elif name in ("peer", "stream"):        # a gather from the rows with a last column of -1 (no peer, no stream)
+            rows, col = (self.ranks, f.peer) if name == "peer" else (self.streams, np.where(f.stream >= 0, f.rank, -1))
+            np.take(np.c_[rows, np.full(self.m, -1, np.int32)], np.where(col >= 0, col, f.n), axis=1, out=view)
         elif name == "coll":
             view[...] = np.arange(self.cid0, self.cid0 + self.m, dtype=np.int32)[:, None]
         elif name == "src_op":
@@ -315,29 +312,16 @@ class _Stamp:
             view[...] = getattr(f, _FRAGMENT_COLUMN[name])
 
     @property
-    def n_edges(self) -> int:
-        return self.m * len(self.frag.edge_src)
-
-    def fill_edges(self, pred: np.ndarray, succ: np.ndarray) -> None:
-        base = (self.first + np.arange(self.m, dtype=np.int64) * self.frag.n_tasks).astype(pred.dtype)[:, None]
-        k = len(self.frag.edge_src)
-        np.add(self.frag.edge_src.astype(pred.dtype)[None, :], base, out=pred.reshape(self.m, k))
-        np.add(self.frag.edge_dst.astype(pred.dtype)[None, :], base, out=succ.reshape(self.m, k))
+    def edges(self) -> tuple:
+        """The fragment's edges and where its copies start (kernel.csr_of_blocks expands them)."""
+        return self.frag.edge_src, self.frag.edge_dst, self.first, self.m, self.frag.n_tasks
 
 
 class _Edges:
     """A block of add_edges: pred -> succ as given (int64)."""
 
     def __init__(self, pred: np.ndarray, succ: np.ndarray):
-        self.pred, self.succ = pred, succ
-
-    @property
-    def n_edges(self) -> int:
-        return len(self.pred)
-
-    def fill_edges(self, pred: np.ndarray, succ: np.ndarray) -> None:
-        pred[...] = self.pred
-        succ[...] = self.succ
+        self.edges = (pred, succ)
 
 
 class GraphBuilder:
@@ -404,9 +388,6 @@ class GraphBuilder:
         streams = np.zeros((m, n), np.int32) if streams is None else np.array(np.broadcast_to(
             np.asarray(streams, np.int32), (m, n)))
         nt = frag.n_tasks
-        if len(frag.edge_src) and not (0 <= min(frag.edge_src.min(), frag.edge_dst.min())
-                                       and max(frag.edge_src.max(), frag.edge_dst.max()) < nt):
-            raise GraphError(f"fragment {frag.kind}/{frag.algorithm} has an edge outside its {nt} tasks")
         base = self.n_tasks + np.arange(m, dtype=np.int64)[:, None] * nt
         cid0 = len(self.coll_meta)
         stamp = _Stamp(frag, ranks, streams, self.n_tasks, cid0, self._addresses)
@@ -445,8 +426,8 @@ class GraphBuilder:
 
     def build(self, validate: bool = False) -> TaskGraph:
         """The graph. Each column is allocated once (np.empty: every element is written) and filled block by block,
-        the edges likewise (int32: task ids are), so the peak is the graph plus one block's temporaries. The
-        builder is consumed."""
+        and the CSR is made from the edge blocks themselves, so the peak is the graph plus one block's temporaries.
+        The builder is consumed."""
         n = self.n_tasks
         if n >= 1 << 31:
             raise GraphError(f"{n} tasks: the kernel numbers tasks with 32 bits (at most 2^31 - 1)")
@@ -458,21 +439,14 @@ class GraphBuilder:
                 blk.fill(k, out[lo:lo + blk.size])
                 lo += blk.size
         self._blocks.clear()
-        for blk in self._edges:
-            if isinstance(blk, _Edges) and len(blk.pred) and (
-                    min(blk.pred.min(), blk.succ.min()) < 0 or max(blk.pred.max(), blk.succ.max()) >= n):
-                raise GraphError(f"an edge names a task outside 0..{n - 1}")
-        E = sum(blk.n_edges for blk in self._edges)
-        pred, succ = np.empty(E, np.int32), np.empty(E, np.int32)
-        lo = 0
-        for blk in self._edges:
-            blk.fill_edges(pred[lo:lo + blk.n_edges], succ[lo:lo + blk.n_edges])
-            lo += blk.n_edges
-        self._edges.clear()
         from fabric._check_build import kernel
-        # a counting sort in C: each task's successors in edge order, as a stable sort by predecessor would give
-        succ_ptr, succ_idx, n_deps = kernel.csr_by_source(pred, succ, n)
-        del pred, succ
+        # a counting sort in C over the edge blocks (stamped fragments expanded there, never as arrays): each
+        # task's successors in edge order, as a stable sort by predecessor would give
+        try:
+            succ_ptr, succ_idx, n_deps = kernel.csr_of_blocks([blk.edges for blk in self._edges], n)
+        except ValueError as e:
+            raise GraphError(str(e)) from None
+        self._edges.clear()
         sem = None
         if self.semantics:
             s = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in self._sem.items()}

@@ -1,6 +1,7 @@
 """Flow control sized from the fabric (issue 16 item 3): credit pools, replay buffers and end-to-end windows default
 to bandwidth x round trip (0 = auto, fabric.sim.flow_control); an explicit value that caps a link or pair warns once."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from fabric import phy, sim
 from fabric.config import load_config
@@ -139,3 +140,26 @@ def test_config_rejects_negative_and_too_small_values():
         load_config(overrides={"link.credit_flits": 8})
     with pytest.raises(ConfigError, match="endpoint.e2e_window_bytes"):
         load_config(overrides={"endpoint.e2e_window_bytes": 100})
+
+
+@settings(max_examples=8, deadline=None)
+@given(credit=st.integers(0, 4), replay=st.integers(0, 4), window=st.integers(0, 4))
+def test_analytic_engine_ignores_flow_control(credit, replay, window):
+    """kernel_params(engine="analytic") leaves the flow-control sizes unresolved: the analytic engine's times and
+    events are the same whatever they are (here: from one packet to far past the auto values)."""
+    from fabric._check_build import kernel
+    from fabric.network import shared
+    from fabric.taskgraph import all_to_all_graph
+    base = load_config("sd200")
+    topo, graph = shared(base), all_to_all_graph(16, 70_000)
+    ref = kernel.Engine(sim.kernel_params(base, topo), sim.as_arrays(topo), graph, True)
+    ref.run()
+    largest = phy.packet_flits(base, base.txn.max_payload_bytes)
+    cfg = load_config("sd200", overrides={"link.credit_flits": credit * 4 * largest,
+                                          "link.replay_buffer_flits": replay * 4 * largest,
+                                          "endpoint.e2e_window_bytes": window * 65536})
+    eng = kernel.Engine(sim.kernel_params(cfg, topo, engine="analytic"), sim.as_arrays(topo), graph, True)
+    eng.run()
+    assert eng.events == ref.events > 0
+    for a, b in zip(eng.task_times(), ref.task_times()):
+        assert (a == b).all() and (a >= 0).all()          # every task ran

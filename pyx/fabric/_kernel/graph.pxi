@@ -1,41 +1,68 @@
 # ================================================================== graph: task-graph construction for taskgraph.py
 # What fabric/taskgraph.py's GraphBuilder.build does once per edge (34 M edges for a 1024-rank decode step), in C.
-# A pure function of numpy arrays, with the GIL, used before any Engine exists; it touches no SimC.
+# Pure functions of numpy arrays, with the GIL held between blocks, used before any Engine exists; no SimC.
 
-def csr_by_source(pred_a, succ_a, int64_t n):
-    """(succ_ptr int64[n+1], succ_idx int32[E], n_deps int32[n]) of the edges pred[e] -> succ[e] over tasks 0..n-1:
-    each task's successors in the order its edges are listed, exactly what a stable sort of the edges by
-    predecessor gives (np.argsort(pred, kind="stable")), by a counting sort: two passes, no int64 order array.
-    ValueError if an edge names a task outside 0..n-1."""
-    cdef const int32_t[::1] pr = np.ascontiguousarray(pred_a, np.int32)
-    cdef const int32_t[::1] su = np.ascontiguousarray(succ_a, np.int32)
-    cdef int64_t E = pr.shape[0], e, p, s, bad = -1
-    if su.shape[0] != E:
-        raise ValueError(f"{E} predecessors but {su.shape[0]} successors")
+cdef int edge_block(tuple blk, int64_t n, int64_t[::1] ptr, int32_t[::1] deps, int32_t[::1] idx,
+                    bint fill) except -1:
+    """One block of edges, counted (fill false: ptr[p + 1] and deps[s]) or placed (fill: idx[ptr[p]++] = s). A block
+    is (pred, succ), or (src, dst, first, m, nt): a fragment's edges src -> dst stamped m times, copy i's tasks
+    starting at first + i nt. ValueError if an edge names a task outside 0..n-1."""
+    cdef const int64_t[::1] a = np.ascontiguousarray(blk[0], np.int64)
+    cdef const int64_t[::1] b = np.ascontiguousarray(blk[1], np.int64)
+    cdef int64_t first = 0, m = 1, nt = 0, i, e, k = a.shape[0], base, p = 0, s = 0
+    cdef bint bad = False
+    if b.shape[0] != k:
+        raise ValueError(f"{k} predecessors but {b.shape[0]} successors")
+    if len(blk) == 5:
+        first, m, nt = blk[2], blk[3], blk[4]
+    with nogil:
+        for i in range(m):
+            base = first + i * nt
+            for e in range(k):
+                p = a[e] + base
+                s = b[e] + base
+                if fill:
+                    idx[ptr[p]] = <int32_t>s
+                    ptr[p] += 1
+                elif p < 0 or p >= n or s < 0 or s >= n:
+                    bad = True
+                    break
+                else:
+                    ptr[p + 1] += 1
+                    deps[s] += 1
+            if bad:
+                break
+    if bad:
+        raise ValueError(f"an edge ({p} -> {s}) names a task outside 0..{n - 1}")
+    return 0
+
+
+def csr_of_blocks(list blocks, int64_t n):
+    """(succ_ptr int64[n+1], succ_idx int32[E], n_deps int32[n]) of the edges the blocks list, in order (see
+    edge_block: a fragment's stamped copies are expanded here, never as arrays): each task's successors in the
+    order its edges are listed, exactly what a stable sort of the listed edges by predecessor gives, by a counting
+    sort in two passes. ValueError if an edge names a task outside 0..n-1."""
     ptr_a = np.zeros(n + 1, np.int64)
     deps_a = np.zeros(n, np.int32)
-    idx_a = np.empty(E, np.int32)
     cdef int64_t[::1] ptr = ptr_a
-    cdef int32_t[::1] deps = deps_a, idx = idx_a
-    with nogil:
-        for e in range(E):
-            p = pr[e]
-            s = su[e]
-            if p < 0 or p >= n or s < 0 or s >= n:
-                bad = e
-                break
-            ptr[p + 1] += 1
-            deps[s] += 1
-    if bad >= 0:
-        raise ValueError(f"edge {bad} ({pr[bad]} -> {su[bad]}) names a task outside 0..{n - 1}")
+    cdef int32_t[::1] deps = deps_a
+    cdef int64_t p
+    for blk in blocks:
+        edge_block(blk, n, ptr, deps, None, False)
     with nogil:
         for p in range(n):
             ptr[p + 1] += ptr[p]
-        for e in range(E):                     # ptr[p] walks through p's slots, then holds p + 1's start
-            p = pr[e]
-            idx[ptr[p]] = su[e]
-            ptr[p] += 1
-        for p in range(n, 0, -1):              # shift back: ptr[p] = start of p
+    idx_a = np.empty(ptr[n], np.int32)
+    cdef int32_t[::1] idx = idx_a
+    for blk in blocks:                          # ptr[p] walks through p's slots, then holds p + 1's start
+        edge_block(blk, n, ptr, deps, idx, True)
+    with nogil:
+        for p in range(n, 0, -1):               # shift back: ptr[p] = start of p
             ptr[p] = ptr[p - 1]
         ptr[0] = 0
     return ptr_a, idx_a, deps_a
+
+
+def csr_by_source(pred, succ, int64_t n):
+    """csr_of_blocks of one block of edges pred[e] -> succ[e]."""
+    return csr_of_blocks([(pred, succ)], n)
