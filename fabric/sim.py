@@ -170,6 +170,9 @@ def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> di
     )
 
 
+_SLICE = 1 << 20      # tasks per slice of kernel_inputs' address translation
+
+
 def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, dict | None]:
     """The graph's arrays for the kernel and the shadow-window tables its ingress ports translate through: a graph
     whose transfers carry global addresses (`addr`, from the lowering) gets `host_addr`, each address as its
@@ -185,9 +188,16 @@ def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, 
     t = as_arrays(topo)
     amap = build_address_map(topo, cfg)
     if g.get("host_addr") is None:
-        addr = np.asarray(addr, np.int64)
-        dom = np.asarray(t["node_domain"])[np.clip(np.asarray(g["rank"]), 0, int(t["n_ranks"]) - 1)]
-        g = dict(g, host_addr=np.where(addr >= 0, amap.to_host_array(dom, addr), -1))
+        addr, rank = np.asarray(addr, np.int64), np.asarray(g["rank"])
+        node_domain, R = np.asarray(t["node_domain"]), int(t["n_ranks"])
+        host = np.empty(len(addr), np.int64)
+        # in slices: the translation's ~10 temporaries per address stay small and reused (18 M tasks at 1024
+        # ranks would otherwise fault in ~1.4 GB of fresh pages)
+        for lo in range(0, len(addr), _SLICE):
+            a = addr[lo:lo + _SLICE]
+            dom = node_domain[np.clip(rank[lo:lo + _SLICE], 0, R - 1)]
+            host[lo:lo + _SLICE] = np.where(a >= 0, amap.to_host_array(dom, a), -1)
+        g = dict(g, host_addr=host)
     tables = amap.kernel_tables(cfg.endpoint.shadow_windows)
     if rank_map is not None:
         tables["w_rank"] = np.asarray(rank_map, np.int32)[tables["w_rank"]]
@@ -209,27 +219,12 @@ def estimate(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
     plus read requests), packet_hops (packets x hops of the pair's first route), events, memory_mb (topology, graph,
     per-pair end-to-end state, per-transfer state, full link buffers) and seconds (at EVENTS_PER_S)."""
     t, g = as_arrays(topo), as_arrays(graph)
-    kind = np.asarray(g["kind"])
-    nb = np.asarray(g["nbytes"], np.int64)
-    xfer = np.flatnonzero(kind == 1)                                      # taskgraph.TRANSFER
     R = int(t["n_ranks"])
-    pay, mrrs = cfg.txn.max_payload_bytes, cfg.txn.max_read_request_bytes
-    b = np.maximum(nb[xfer], 0).astype(np.float64)                         # float: no overflow on absurd sizes
-    load = np.asarray(g["op"])[xfer] == 1
-    pk = np.ceil(b / pay) + np.where(load, np.ceil(b / mrrs), 0.0)
-    packets = float(pk.sum())
-    hops_per = 1.0
-    if len(xfer) and "pair_ptr" in t and t.get("path_ptr") is not None:
-        src = np.clip(np.asarray(g["rank"])[xfer].astype(np.int64), 0, R - 1)
-        dst = np.clip(np.asarray(g["peer"])[xfer].astype(np.int64), 0, R - 1)
-        first = np.asarray(t["pair_ptr"])[src * R + dst]
-        pp = np.asarray(t["path_ptr"])
-        first = np.minimum(first, len(pp) - 2)
-        hops = (pp[first + 1] - pp[first]).astype(np.float64)
-        packet_hops = float((pk * np.maximum(hops, 1)).sum())
-    else:
-        packet_hops = packets * hops_per
-    n_tasks = len(kind)
+    routed = "pair_ptr" in t and t.get("path_ptr") is not None
+    packets, packet_hops, xfer_B, n_xfer, busy_ps = kernel.transfer_load(
+        g["kind"], g["op"], g["nbytes"], g["rank"], g["peer"], g["duration_ps"], t["pair_ptr"] if routed else None,
+        t.get("path_ptr"), R, cfg.txn.max_payload_bytes, cfg.txn.max_read_request_bytes)
+    n_tasks = len(g["kind"])
     if engine == "packet":
         events = EVENTS_PER_PACKET_HOP * packet_hops + EVENTS_PER_TASK * n_tasks
     else:
@@ -237,13 +232,12 @@ def estimate(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
     arr_B = sum(v.nbytes for v in list(t.values()) + list(g.values()) if isinstance(v, np.ndarray))
     n_ch = len(t.get("ch_src", ())) if t.get("ch_src") is not None else 0
     flits = (cfg.link.credit_flits or 64) * cfg.link.vcs + (cfg.link.replay_buffer_flits or 64)
-    memory_B = (2 * arr_B + 16 * R * R + 128 * len(xfer)
+    memory_B = (2 * arr_B + 16 * R * R + 128 * n_xfer
                 + (n_ch * flits * 64 if engine == "packet" else 0) + (64 << 20))
     # the latest time any task could end: every task back to back, every byte over the slowest channel
     ppb = float(np.max(t["ch_ps_per_byte"])) if len(t.get("ch_ps_per_byte", ())) else 0.0
     lat = float(np.max(t["ch_latency_ps"])) if len(t.get("ch_latency_ps", ())) else 0.0
-    worst_ps = (float(np.sum(np.maximum(np.asarray(g["duration_ps"], np.float64), 0)))
-                + float(b.sum()) * max(ppb, 1.0) * 2 + n_tasks * (lat + 1e6))
+    worst_ps = busy_ps + xfer_B * max(ppb, 1.0) * 2 + n_tasks * (lat + 1e6)
     return dict(packets=packets, packet_hops=packet_hops, events=events, memory_mb=memory_B / 2**20,
                 seconds=events / EVENTS_PER_S, worst_ps=worst_ps)
 

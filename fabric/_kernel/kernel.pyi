@@ -48,6 +48,9 @@ def critical_path_walk(succ_ptr: np.ndarray, succ_idx: np.ndarray, start: np.nda
 # graph.pxi: the edges of a task graph as a CSR (fabric/taskgraph.py)
 def csr_by_source(pred: np.ndarray, succ: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 def csr_of_blocks(blocks: list[tuple], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+def transfer_load(kind: np.ndarray, op: np.ndarray, nbytes: np.ndarray, rank: np.ndarray, peer: np.ndarray,
+                  duration: np.ndarray, pair_ptr: np.ndarray | None, path_ptr: np.ndarray | None, n_ranks: int,
+                  payload_B: int, mrrs_B: int) -> tuple[float, float, float, int, float]: ...
 # report.pxi: what a stuck run waits for (Engine.stuck_report)
 WAIT_COLS: tuple[str, ...]
 HOLD_NONE: int

@@ -1,6 +1,7 @@
 # ================================================================== graph: task-graph construction for taskgraph.py
 # What fabric/taskgraph.py's GraphBuilder.build does once per edge (34 M edges for a 1024-rank decode step), in C.
-# Pure functions of numpy arrays, with the GIL held between blocks, used before any Engine exists; no SimC.
+# Pure functions of numpy arrays, used before any Engine exists (no SimC): the CSR of the edges, and the size of
+# the transfers for fabric/sim.py's estimate.
 
 cdef int edge_block(tuple blk, int64_t n, int64_t[::1] ptr, int32_t[::1] deps, int32_t[::1] idx,
                     bint fill) except -1:
@@ -66,3 +67,42 @@ def csr_of_blocks(list blocks, int64_t n):
 def csr_by_source(pred, succ, int64_t n):
     """csr_of_blocks of one block of edges pred[e] -> succ[e]."""
     return csr_of_blocks([(pred, succ)], n)
+
+
+def transfer_load(kind_a, op_a, nbytes_a, rank_a, peer_a, duration_a, pair_ptr_a, path_ptr_a, int64_t n_ranks,
+                  int64_t payload_B, int64_t mrrs_B):
+    """For fabric/sim.py's estimate, one pass over a graph's tasks (16 M transfers at 1024 ranks: no per-transfer
+    temporaries): (packets, packet_hops, transfer bytes, transfers, busy ps). A transfer of b = max(nbytes, 0)
+    bytes is ceil(b / payload_B) packets, a load ceil(b / mrrs_B) read requests more, each crossing the hops of its
+    pair's first route (ends clipped to the ranks; at least one hop; pair_ptr None: one); busy ps is the sum of the
+    tasks' durations (negative ones as 0). Sums in float64 (no overflow on absurd sizes)."""
+    cdef const int8_t[::1] kind = np.ascontiguousarray(kind_a, np.int8)
+    cdef const int8_t[::1] op = np.ascontiguousarray(op_a, np.int8)
+    cdef const int64_t[::1] nbytes = np.ascontiguousarray(nbytes_a, np.int64)
+    cdef const int32_t[::1] rank = np.ascontiguousarray(rank_a, np.int32)
+    cdef const int32_t[::1] peer = np.ascontiguousarray(peer_a, np.int32)
+    cdef const int64_t[::1] dur = np.ascontiguousarray(duration_a, np.int64)
+    cdef bint routed = pair_ptr_a is not None and path_ptr_a is not None and len(path_ptr_a) >= 2
+    cdef const int64_t[::1] pair_ptr = np.ascontiguousarray(pair_ptr_a if routed else np.zeros(1), np.int64)
+    cdef const int64_t[::1] path_ptr = np.ascontiguousarray(path_ptr_a if routed else np.zeros(1), np.int64)
+    cdef double packets = 0.0, hops_total = 0.0, total_B = 0.0, busy = 0.0, b, pk, hops
+    cdef int64_t t, n_xfer = 0, src, dst, first, last_path = path_ptr.shape[0] - 2
+    with nogil:
+        for t in range(kind.shape[0]):
+            if dur[t] > 0:
+                busy += <double>dur[t]
+            if kind[t] != T_TRANSFER:
+                continue
+            n_xfer += 1
+            b = <double>nbytes[t] if nbytes[t] > 0 else 0.0
+            pk = ceil(b / payload_B) + (ceil(b / mrrs_B) if op[t] == 1 else 0.0)
+            packets += pk
+            total_B += b
+            hops = 1.0
+            if routed:
+                src = min(max(<int64_t>rank[t], 0), n_ranks - 1)
+                dst = min(max(<int64_t>peer[t], 0), n_ranks - 1)
+                first = min(pair_ptr[src * n_ranks + dst], last_path)
+                hops = max(<double>(path_ptr[first + 1] - path_ptr[first]), 1.0)
+            hops_total += pk * hops
+    return packets, hops_total, total_B, n_xfer, busy
