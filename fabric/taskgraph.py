@@ -130,12 +130,12 @@ class TaskGraph:
         return pred, self.succ_idx.astype(np.int64)
 
     def predecessors_csr(self) -> tuple[np.ndarray, np.ndarray]:
-        """Predecessor CSR (ptr int64[n+1], idx int64) for engines that walk backwards."""
-        pred, succ = self.edges()
-        order = np.argsort(succ, kind="stable")
-        ptr = np.zeros(self.n_tasks + 1, np.int64)
-        np.cumsum(np.bincount(succ, minlength=self.n_tasks), out=ptr[1:])
-        return ptr, pred[order]
+        """Predecessor CSR (ptr int64[n+1], idx int64) for engines that walk backwards: each task's predecessors in
+        ascending order (a stable sort of the edges by successor), by the kernel's counting sort."""
+        from fabric._check_build import kernel
+        pred = np.repeat(np.arange(self.n_tasks, dtype=np.int32), np.diff(self.succ_ptr))
+        ptr, idx, _ = kernel.csr_by_source(self.succ_idx, pred, self.n_tasks)
+        return ptr, idx.astype(np.int64)
 
     def topo_levels(self) -> np.ndarray:
         """Level of every task (0 = no predecessors; otherwise 1 + the deepest predecessor's). Raises GraphError

@@ -196,3 +196,7 @@ def test_builder_writes_what_the_blocks_say(script, window):
         assert getattr(g, k).tolist() == v, k
     assert g.succ_idx.tolist() == succ_idx.tolist()
     assert np.diff(g.succ_ptr).tolist() == out_deg.tolist()
+    pred = np.repeat(np.arange(g.n_tasks), np.diff(g.succ_ptr))        # and the predecessor CSR: a stable sort
+    ptr, idx = g.predecessors_csr()
+    assert idx.tolist() == pred[np.argsort(g.succ_idx, kind="stable")].tolist()
+    assert ptr.tolist() == np.r_[0, np.cumsum(np.bincount(g.succ_idx, minlength=g.n_tasks))].tolist()
