@@ -247,6 +247,19 @@ def test_confined_routes_keep_the_pairs_among_the_first_ranks_and_their_runs(pre
     assert (runs[1][2] > 0).all()
 
 
+@pytest.mark.parametrize("preset", ["sd200", "torus-4x4x4", "scaleout-roce"])
+def test_dependency_edges_are_the_consecutive_hops_of_every_path(preset):
+    """dependency_edges (one pass in C) is the set of (hop, next hop) virtual-channel pairs of every path, sorted."""
+    t = built(preset)
+    L = max(t.vc_levels, 1)
+    want = set()
+    for p in range(len(t.path_ptr) - 1):
+        v = [int(t.path_ch[h]) * L + int(t.path_vcl[h]) for h in range(t.path_ptr[p], t.path_ptr[p + 1])]
+        want.update(zip(v, v[1:]))
+    got = routing.dependency_edges(t)
+    assert [tuple(e) for e in got.tolist()] == sorted(want) and len(want) > 0
+
+
 def test_bad_method_names():
     t = built("scaleout-roce")
     with pytest.raises(RoutingError, match="unknown routing method"):

@@ -165,3 +165,32 @@ def dor_expand_paths(int32_t R, int32_t S, rank_router_a, int32_t N, cnt_a, star
                 pch[pos] = down[d, (j + s) % N]
             p += 1
     return path_ptr_a, path_ch_a, path_vcl_a
+
+
+def route_dependencies(path_ptr_a, path_ch_a, path_vcl_a, int64_t levels, int64_t n_ch):
+    """The channel-dependency graph of the routes (fabric/routing.py's dependency_edges, deadlock freedom): every
+    pair of consecutive hops of a path as a key a * nv + b of virtual channels (channel x levels + VC level,
+    nv = n_ch x levels), each once, ascending. A byte per possible key where nv^2 <= 2^27 (marking is linear where
+    sorting ~15 M keys is not), else the keys sorted."""
+    cdef const int64_t[::1] ptr = np.ascontiguousarray(path_ptr_a, np.int64)
+    cdef const int32_t[::1] ch = np.ascontiguousarray(path_ch_a, np.int32)
+    cdef const int8_t[::1] vcl = np.ascontiguousarray(path_vcl_a, np.int8)
+    cdef int64_t nv = n_ch * levels, p, h, n = 0, k
+    cdef bint mark = nv * nv <= (1 << 27)
+    out_a = np.zeros(nv * nv if mark else 0, np.uint8)
+    cdef uint8_t[::1] seen = out_a
+    for p in range(ptr.shape[0] - 1):
+        n += max(ptr[p + 1] - ptr[p] - 1, 0)
+    keys_a = np.empty(0 if mark else n, np.int64)
+    cdef int64_t[::1] keys = keys_a
+    n = 0
+    with nogil:
+        for p in range(ptr.shape[0] - 1):
+            for h in range(ptr[p], ptr[p + 1] - 1):
+                k = (ch[h] * levels + vcl[h]) * nv + ch[h + 1] * levels + vcl[h + 1]
+                if mark:
+                    seen[k] = 1
+                else:
+                    keys[n] = k
+                    n += 1
+    return np.flatnonzero(out_a) if mark else np.unique(keys_a)
