@@ -131,11 +131,9 @@ class TaskGraph:
 
     def predecessors_csr(self) -> tuple[np.ndarray, np.ndarray]:
         """Predecessor CSR (ptr int64[n+1], idx int64) for engines that walk backwards: each task's predecessors in
-        ascending order (a stable sort of the edges by successor), by the kernel's counting sort."""
+        ascending order (a stable sort of the edges by successor), transposed in C."""
         from fabric._check_build import kernel
-        pred = np.repeat(np.arange(self.n_tasks, dtype=np.int32), np.diff(self.succ_ptr))
-        ptr, idx, _ = kernel.csr_by_source(self.succ_idx, pred, self.n_tasks)
-        return ptr, idx.astype(np.int64)
+        return kernel.csr_transpose(self.succ_ptr, self.succ_idx, self.n_tasks)
 
     def topo_levels(self) -> np.ndarray:
         """Level of every task (0 = no predecessors; otherwise 1 + the deepest predecessor's). Raises GraphError

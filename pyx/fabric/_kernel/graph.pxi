@@ -7,9 +7,9 @@ cdef int edge_block(tuple blk, int64_t n, int64_t[::1] ptr, int32_t[::1] deps, i
                     bint fill) except -1:
     """One block of edges, counted (fill false: ptr[p + 1] and deps[s]) or placed (fill: idx[ptr[p]++] = s). A block
     is (pred, succ), or (src, dst, first, m, nt): a fragment's edges src -> dst stamped m times, copy i's tasks
-    starting at first + i nt. ValueError if an edge names a task outside 0..n-1."""
-    cdef const int64_t[::1] a = np.ascontiguousarray(blk[0], np.int64)
-    cdef const int64_t[::1] b = np.ascontiguousarray(blk[1], np.int64)
+    starting at first + i nt; int64 arrays. ValueError if an edge names a task outside 0..n-1."""
+    cdef const int64_t[::1] a = blk[0]
+    cdef const int64_t[::1] b = blk[1]
     cdef int64_t first = 0, m = 1, nt = 0, i, e, k = a.shape[0], base, p = 0, s = 0
     cdef bint bad = False
     if b.shape[0] != k:
@@ -43,6 +43,8 @@ def csr_of_blocks(list blocks, int64_t n):
     edge_block: a fragment's stamped copies are expanded here, never as arrays): each task's successors in the
     order its edges are listed, exactly what a stable sort of the listed edges by predecessor gives, by a counting
     sort in two passes. ValueError if an edge names a task outside 0..n-1."""
+    blocks = [(np.ascontiguousarray(b[0], np.int64), np.ascontiguousarray(b[1], np.int64)) + tuple(b[2:])
+              for b in blocks]
     ptr_a = np.zeros(n + 1, np.int64)
     deps_a = np.zeros(n, np.int32)
     cdef int64_t[::1] ptr = ptr_a
@@ -67,6 +69,43 @@ def csr_of_blocks(list blocks, int64_t n):
 def csr_by_source(pred, succ, int64_t n):
     """csr_of_blocks of one block of edges pred[e] -> succ[e]."""
     return csr_of_blocks([(pred, succ)], n)
+
+
+def csr_transpose(ptr_a, idx_a, int64_t n):
+    """The predecessor CSR (ptr int64[n+1], idx int64) of a successor CSR (ptr, idx) over tasks 0..n-1: each
+    task's predecessors in ascending order, what a stable sort of the edges by successor gives, in two passes
+    without an edge list. ValueError if it is not a CSR over 0..n-1."""
+    cdef const int64_t[::1] ptr = np.ascontiguousarray(ptr_a, np.int64)
+    cdef const int32_t[::1] idx = np.ascontiguousarray(idx_a, np.int32)
+    cdef int64_t p, e, E = idx.shape[0]
+    cdef bint bad = ptr.shape[0] != n + 1 or ptr[0] != 0 or ptr[n] != E
+    out_ptr_a = np.zeros(n + 1, np.int64)
+    out_a = np.empty(E, np.int64)
+    cdef int64_t[::1] out_ptr = out_ptr_a, out = out_a
+    with nogil:
+        p = 0
+        while not bad and p < n:
+            bad = ptr[p + 1] < ptr[p] or ptr[p + 1] > E
+            p += 1
+        e = 0
+        while not bad and e < E:
+            bad = idx[e] < 0 or idx[e] >= n
+            if not bad:
+                out_ptr[idx[e] + 1] += 1
+            e += 1
+    if bad:
+        raise ValueError(f"not a successor CSR over tasks 0..{n - 1}")
+    with nogil:
+        for p in range(n):
+            out_ptr[p + 1] += out_ptr[p]
+        for p in range(n):                      # out_ptr[s] walks through s's slots, then holds s + 1's start
+            for e in range(ptr[p], ptr[p + 1]):
+                out[out_ptr[idx[e]]] = p
+                out_ptr[idx[e]] += 1
+        for p in range(n, 0, -1):
+            out_ptr[p] = out_ptr[p - 1]
+        out_ptr[0] = 0
+    return out_ptr_a, out_a
 
 
 def transfer_load(kind_a, op_a, nbytes_a, rank_a, peer_a, duration_a, pair_ptr_a, path_ptr_a, int64_t n_ranks,
