@@ -144,7 +144,7 @@ def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> di
     `topo` (flow_control; default: the topology cfg describes). The analytic engine has no credits, replay
     buffers or end-to-end windows (tests/test_flow_control.py checks its results do not depend on them), so for it
     they are not resolved: the configured values, auto ones standing at the largest packet (flow_control's
-    per-pair window needs cost ~1 s at 1024 ranks)."""
+    per-pair window needs take 0.2-0.3 s at 1024 ranks)."""
     link, phy, txn, ep = cfg.link, cfg.phy, cfg.txn, cfg.endpoint
     if engine == "analytic":
         from fabric import phy as phymod

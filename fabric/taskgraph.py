@@ -364,7 +364,7 @@ class GraphBuilder:
         """Dependencies pred[i] -> succ[i] (broadcast)."""
         p, s = np.broadcast_arrays(np.asarray(pred, np.int64), np.asarray(succ, np.int64))
         if p.size:
-            self._edges.append(_Edges(p.ravel().copy(), s.ravel().copy()))
+            self._edges.append(_Edges(p.flatten(), s.flatten()))      # copies: build reads them later
 
     def add_fragment(self, frag: Fragment, ranks, streams=None, label: str = "",
                      nbytes: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
