@@ -214,7 +214,9 @@ class AddressMap:
         map, or a domain without a view, gives 0 (the host's own memory, in no window: an Unsupported Request)."""
         g = np.asarray(global_addrs, np.int64)
         dom = np.asarray(domains, np.int64)
-        i = self.global_windows.find_array(g)
+        # the global map is rank r's window at global_base + r x window_bytes (__init__): a division finds it
+        rel = g - self.global_base
+        i = np.where((rel >= 0) & (rel < self.n_ranks * self.window_bytes), rel // self.window_bytes, -1)
         rank = np.where(i >= 0, i, 0)
         slots = np.full((max(int(dom.max(initial=-1)), max(self.domains, default=-1)) + 1, self.n_ranks), -1,
                         np.int64)

@@ -339,50 +339,20 @@ def e2e_round_trips(cfg, topo):
     pair's window is shared by all its flows (collective channels take different candidate routes), so B is the
     payload rate of its distinct first channels or of its distinct last channels, whichever is less."""
     import numpy as np
+
+    from fabric._check_build import kernel
     R_ = int(_arr(topo, "n_ranks"))
     pair_ptr = np.asarray(_arr(topo, "pair_ptr"), np.int64)
-    path_ptr = np.asarray(_arr(topo, "path_ptr"), np.int64)
-    path_ch = np.asarray(_arr(topo, "path_ch"), np.int64)
-    lat = np.asarray(_arr(topo, "ch_latency_ps"), np.float64)
-    node_lat = np.asarray(_arr(topo, "node_latency_ps"), np.float64)
-    dst = np.asarray(_arr(topo, "ch_dst"))
     _, flit, T = _channel_timing(cfg, topo)
-    n_paths = len(path_ptr) - 1
-    lens = np.diff(path_ptr)
-    ok = lens > 0
-    starts = path_ptr[:-1][ok]
-    hop_lat = lat[path_ch]
-    hop_node = node_lat[dst[path_ch]]
-    first = np.minimum(T, flit)[path_ch]
-    last_idx = path_ptr[1:][ok] - 1
-    lat_sum = np.add.reduceat(hop_lat, starts)
-    node_sum = np.add.reduceat(hop_node, starts) - hop_node[last_idx]     # nodes crossed, not the destination
-    ser = np.maximum.reduceat(T[path_ch], starts)                         # the packet on the slowest hop
-    cut = np.add.reduceat(first, starts) - first[starts]                  # a flit per later hop (cut-through)
-    flit_sum = np.add.reduceat(flit[path_ch], starts)
-    D = np.zeros(n_paths)
-    G = np.zeros(n_paths)
-    D[ok] = ser + cut + lat_sum + node_sum
-    G[ok] = lat_sum + flit_sum + node_sum
-    n_pairs = R_ * R_
-    counts = np.diff(pair_ptr)
-    has = counts > 0
-    first_path = pair_ptr[:-1][has]
-    Dp = np.zeros(n_pairs)
-    Gp = np.zeros(n_pairs)
-    if has.any():                                        # a pair's candidates are contiguous paths
-        Dp[has] = np.maximum.reduceat(D, first_path)
-        Gp[has] = np.maximum.reduceat(G, first_path)
-    Gp = Gp.reshape(R_, R_).T.ravel()                    # the grant of (s, d) travels d -> s
     rate = cfg.txn.max_payload_bytes / T                 # payload B/ps of each channel at full wire rate
-    pair_of_path = np.repeat(np.arange(n_pairs, dtype=np.int64), counts)[ok]
-    n_ch = len(T)
-    B = np.full(n_pairs, np.inf)
-    for idx in (path_ptr[:-1][ok], path_ptr[1:][ok] - 1):          # first and last channels of every path
-        key = np.sort(pair_of_path * n_ch + path_ch[idx])
-        key = key[np.r_[True, key[1:] != key[:-1]]] if len(key) else key   # distinct (pair, channel)
-        tot = np.bincount(key // n_ch, weights=rate[key % n_ch], minlength=n_pairs)
-        B = np.minimum(B, tot)
+    # per path D = the packet on its slowest hop + a flit per later hop (cut-through) + latencies + nodes crossed,
+    # G = latencies + a flit per hop + nodes crossed; per pair the largest over its candidates (one pass in C)
+    Dp, Gp, B = kernel.pair_round_trips(pair_ptr, _arr(topo, "path_ptr"), _arr(topo, "path_ch"),
+                                        np.asarray(_arr(topo, "ch_latency_ps"), np.float64),
+                                        np.asarray(_arr(topo, "node_latency_ps"), np.float64), _arr(topo, "ch_dst"),
+                                        flit, T, rate)
+    has = np.diff(pair_ptr) > 0
+    Gp = Gp.reshape(R_, R_).T.ravel()                    # the grant of (s, d) travels d -> s
     B[~np.isfinite(B)] = 0.0
     return B * has, (Dp + Gp) * has
 

@@ -111,15 +111,20 @@ def step_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray, layers: n
 
 
 def task_layers(graph: TaskGraph, trace) -> np.ndarray:
-    """The model layer of each task: that of its trace op (compute tasks), -1 for tasks inside collectives."""
+    """The model layer of each task: that of its trace op (compute tasks), -1 for tasks inside collectives. One
+    gather over every rank's layer column at once (a pass per rank took 30 s at 1024 ranks)."""
     out = np.full(graph.n_tasks, -1, np.int64)
-    src = graph.src_op if graph.src_op is not None else out
-    for r in range(trace.n_ranks):
-        layer = getattr(trace.ops[r], "layer", None)
-        if layer is None:
-            continue
-        m = (graph.rank == r) & (src >= 0)
-        out[m] = np.asarray(layer)[src[m]]
+    if graph.src_op is None:
+        return out
+    layers = [getattr(t, "layer", None) for t in trace.ops]
+    n = np.array([len(v) if v is not None else 0 for v in layers], np.int64)
+    off = np.concatenate([[0], np.cumsum(n)])
+    has = np.zeros(max(graph.n_ranks, len(layers)), bool)
+    has[:len(layers)] = [v is not None for v in layers]
+    t = np.flatnonzero((graph.src_op >= 0) & has[graph.rank])
+    if len(t):
+        out[t] = np.concatenate([np.asarray(v, np.int64) for v in layers if v is not None])[
+            off[graph.rank[t]] + graph.src_op[t]]
     return out
 
 

@@ -297,22 +297,11 @@ def graph_paths(topo: Topology, restrict: bool, max_candidates: int, alive: np.n
 # ---------------------------------------------------------------- deadlock freedom
 
 def dependency_edges(topo: Topology) -> np.ndarray:
-    """Unique channel dependencies as int64 pairs [E, 2] of virtual channels (channel * vc_levels + level)."""
+    """Unique channel dependencies as int64 pairs [E, 2] of virtual channels (channel * vc_levels + level), in
+    ascending order: consecutive hops of every path (one pass in C over ~15 M route entries at 1024 ranks)."""
     L = max(topo.vc_levels, 1)
-    v = topo.path_ch.astype(np.int64) * L + topo.path_vcl
-    if len(v) < 2:
-        return np.zeros((0, 2), dtype=np.int64)
-    keep = np.ones(len(v) - 1, dtype=bool)
-    ends = topo.path_ptr[1:-1] - 1          # last hop of every path but the final one
-    keep[ends[ends < len(keep)]] = False
     nv = topo.n_channels * L
-    key = v[:-1][keep] * nv + v[1:][keep]
-    if nv * nv <= 1 << 27:      # a byte per possible edge: marking is linear where sorting 15 M keys is not
-        seen = np.zeros(nv * nv, dtype=bool)
-        seen[key] = True
-        key = np.flatnonzero(seen)
-    else:
-        key = np.unique(key)
+    key = kernel.route_dependencies(topo.path_ptr, topo.path_ch, topo.path_vcl, L, topo.n_channels)
     return np.stack(np.divmod(key, nv), axis=1)
 
 
@@ -448,6 +437,18 @@ def _with_paths(topo: Topology, pair_of: np.ndarray, start: np.ndarray, end: np.
     out.path_ptr, out.path_ch, out.path_vcl = path_ptr, hop_ch[hop].astype(np.int32), hop_vcl[hop].astype(np.int8)
     out.routing = how
     return out
+
+
+def confined(topo: Topology, n: int) -> Topology:
+    """A shallow copy of topo that routes only the pairs among ranks 0..n-1 (every other pair has no path): the
+    same candidates in the same order, so a run among those ranks is the same run (bit for bit), while the
+    kernel's set-up interns n^2 pairs' routes instead of R^2 (the auto tiers time 64-rank groups on 1024 ranks)."""
+    R = topo.n_ranks
+    pairs = (np.arange(n, dtype=np.int64)[:, None] * R + np.arange(n)).ravel()
+    cnt = np.diff(topo.pair_ptr)[pairs]
+    path = np.repeat(topo.pair_ptr[pairs] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    return _with_paths(topo, np.repeat(pairs, cnt), topo.path_ptr[path], topo.path_ptr[path + 1], topo.path_ch,
+                       topo.path_vcl, topo.routing)
 
 
 def path_dead(topo: Topology, alive: np.ndarray) -> np.ndarray:

@@ -152,12 +152,21 @@ def flow_control(cfg: FabricConfig, topo, *, warn: bool = True) -> dict:
     return out
 
 
-def kernel_params(cfg: FabricConfig, topo=None) -> dict:
+def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> dict:
     """The config's scalars in the kernel's units (ps, bytes, flits), with the flow-control sizes resolved on
-    `topo` (flow_control; default: the topology cfg describes)."""
+    `topo` (flow_control; default: the topology cfg describes). The analytic engine has no credits, replay
+    buffers or end-to-end windows (tests/test_flow_control.py checks its results do not depend on them), so for it
+    they are not resolved: the configured values, auto ones standing at the largest packet (flow_control's
+    per-pair window needs take 0.2-0.3 s at 1024 ranks)."""
     link, phy, txn, ep = cfg.link, cfg.phy, cfg.txn, cfg.endpoint
-    from fabric.network import shared
-    fc = flow_control(cfg, shared(cfg) if topo is None else topo)
+    if engine == "analytic":
+        from fabric import phy as phymod
+        largest = phymod.packet_flits(cfg, max(txn.max_payload_bytes, txn.max_read_request_bytes))
+        fc = dict(credit_flits=link.credit_flits or largest, replay_buffer_flits=link.replay_buffer_flits or largest,
+                  e2e_window_B=ep.e2e_window_bytes or txn.max_payload_bytes)
+    else:
+        from fabric.network import shared
+        fc = flow_control(cfg, shared(cfg) if topo is None else topo)
     return dict(
         seq_bits=link.seq_bits, replay_buffer_flits=fc["replay_buffer_flits"], ack_every=link.ack_every_packets,
         ack_ps=ps(link.ack_timer_ns), replay_ps=ps(link.replay_timer_ns), replay_limit=link.replay_limit,
@@ -172,6 +181,9 @@ def kernel_params(cfg: FabricConfig, topo=None) -> dict:
         xlate_page_B=ep.xlate_page_bytes, xmiss_ps=ps(ep.translation_miss_ns),
         ctrl_B=link.control_wire_bytes, ge=burst_params(cfg),
     )
+
+
+_SLICE = 1 << 20      # tasks per slice of kernel_inputs' address translation
 
 
 def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, dict | None]:
@@ -189,9 +201,16 @@ def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, 
     t = as_arrays(topo)
     amap = build_address_map(topo, cfg)
     if g.get("host_addr") is None:
-        addr = np.asarray(addr, np.int64)
-        dom = np.asarray(t["node_domain"])[np.clip(np.asarray(g["rank"]), 0, int(t["n_ranks"]) - 1)]
-        g = dict(g, host_addr=np.where(addr >= 0, amap.to_host_array(dom, addr), -1))
+        addr, rank = np.asarray(addr, np.int64), np.asarray(g["rank"])
+        node_domain, R = np.asarray(t["node_domain"]), int(t["n_ranks"])
+        host = np.empty(len(addr), np.int64)
+        # in slices: the translation's ~10 temporaries per address stay small and reused (18 M tasks at 1024
+        # ranks would otherwise fault in ~1.4 GB of fresh pages)
+        for lo in range(0, len(addr), _SLICE):
+            a = addr[lo:lo + _SLICE]
+            dom = node_domain[np.clip(rank[lo:lo + _SLICE], 0, R - 1)]
+            host[lo:lo + _SLICE] = np.where(a >= 0, amap.to_host_array(dom, a), -1)
+        g = dict(g, host_addr=host)
     tables = amap.kernel_tables(cfg.endpoint.shadow_windows)
     if rank_map is not None:
         tables["w_rank"] = np.asarray(rank_map, np.int32)[tables["w_rank"]]
@@ -213,27 +232,12 @@ def estimate(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
     plus read requests), packet_hops (packets x hops of the pair's first route), events, memory_mb (topology, graph,
     per-pair end-to-end state, per-transfer state, full link buffers) and seconds (at EVENTS_PER_S)."""
     t, g = as_arrays(topo), as_arrays(graph)
-    kind = np.asarray(g["kind"])
-    nb = np.asarray(g["nbytes"], np.int64)
-    xfer = np.flatnonzero(kind == 1)                                      # taskgraph.TRANSFER
     R = int(t["n_ranks"])
-    pay, mrrs = cfg.txn.max_payload_bytes, cfg.txn.max_read_request_bytes
-    b = np.maximum(nb[xfer], 0).astype(np.float64)                         # float: no overflow on absurd sizes
-    load = np.asarray(g["op"])[xfer] == 1
-    pk = np.ceil(b / pay) + np.where(load, np.ceil(b / mrrs), 0.0)
-    packets = float(pk.sum())
-    hops_per = 1.0
-    if len(xfer) and "pair_ptr" in t and t.get("path_ptr") is not None:
-        src = np.clip(np.asarray(g["rank"])[xfer].astype(np.int64), 0, R - 1)
-        dst = np.clip(np.asarray(g["peer"])[xfer].astype(np.int64), 0, R - 1)
-        first = np.asarray(t["pair_ptr"])[src * R + dst]
-        pp = np.asarray(t["path_ptr"])
-        first = np.minimum(first, len(pp) - 2)
-        hops = (pp[first + 1] - pp[first]).astype(np.float64)
-        packet_hops = float((pk * np.maximum(hops, 1)).sum())
-    else:
-        packet_hops = packets * hops_per
-    n_tasks = len(kind)
+    routed = "pair_ptr" in t and t.get("path_ptr") is not None
+    packets, packet_hops, xfer_B, n_xfer, busy_ps = kernel.transfer_load(
+        g["kind"], g["op"], g["nbytes"], g["rank"], g["peer"], g["duration_ps"], t["pair_ptr"] if routed else None,
+        t.get("path_ptr"), R, cfg.txn.max_payload_bytes, cfg.txn.max_read_request_bytes)
+    n_tasks = len(g["kind"])
     if engine == "packet":
         events = EVENTS_PER_PACKET_HOP * packet_hops + EVENTS_PER_TASK * n_tasks
     else:
@@ -241,13 +245,12 @@ def estimate(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
     arr_B = sum(v.nbytes for v in list(t.values()) + list(g.values()) if isinstance(v, np.ndarray))
     n_ch = len(t.get("ch_src", ())) if t.get("ch_src") is not None else 0
     flits = (cfg.link.credit_flits or 64) * cfg.link.vcs + (cfg.link.replay_buffer_flits or 64)
-    memory_B = (2 * arr_B + 16 * R * R + 128 * len(xfer)
+    memory_B = (2 * arr_B + 16 * R * R + 128 * n_xfer
                 + (n_ch * flits * 64 if engine == "packet" else 0) + (64 << 20))
     # the latest time any task could end: every task back to back, every byte over the slowest channel
     ppb = float(np.max(t["ch_ps_per_byte"])) if len(t.get("ch_ps_per_byte", ())) else 0.0
     lat = float(np.max(t["ch_latency_ps"])) if len(t.get("ch_latency_ps", ())) else 0.0
-    worst_ps = (float(np.sum(np.maximum(np.asarray(g["duration_ps"], np.float64), 0)))
-                + float(b.sum()) * max(ppb, 1.0) * 2 + n_tasks * (lat + 1e6))
+    worst_ps = busy_ps + xfer_B * max(ppb, 1.0) * 2 + n_tasks * (lat + 1e6)
     return dict(packets=packets, packet_hops=packet_hops, events=events, memory_mb=memory_B / 2**20,
                 seconds=events / EVENTS_PER_S, worst_ps=worst_ps)
 
@@ -356,7 +359,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     check_switch_legs(topo_arrays, graph_arrays)
     check_size(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
-    eng = kernel.Engine(kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate)
+    eng = kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
+                        xlate=xlate)
     schedule = Schedule(specs, topo, cfg, alive, retired, migrate) if specs else None
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
@@ -387,11 +391,13 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     partition = outcome == "partition"   # a segment that stopped for a migration (fabric.migration)
     # the watchdog fired, or the events ran out first
     stuck = not partition and (outcome == kernel.STUCK or totals["tasks_left"] > 0)
+    # the task times are the engine's own arrays, not copies: nothing writes them once this returns (18 M tasks:
+    # 288 MB not copied)
     result = RunResult(engine=engine, outcome="partition" if partition else "stuck" if stuck else "done",
                        now_ps=eng.now_ps,
                        events=eng.events, wall_s=wall, totals=totals,
                        counters={k: v.copy() for k, v in eng.counters().items()},
-                       task_start_ps=start.copy(), task_end_ps=end.copy(), link_state=eng.link_state(),
+                       task_start_ps=start, task_end_ps=end, link_state=eng.link_state(),
                        transfers=eng.transfers() if transfers else {},
                        stuck=stuck_report(eng.stuck_report(), topo) if stuck else {},
                        translation=eng.translations())

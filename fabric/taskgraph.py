@@ -130,12 +130,10 @@ class TaskGraph:
         return pred, self.succ_idx.astype(np.int64)
 
     def predecessors_csr(self) -> tuple[np.ndarray, np.ndarray]:
-        """Predecessor CSR (ptr int64[n+1], idx int64) for engines that walk backwards."""
-        pred, succ = self.edges()
-        order = np.argsort(succ, kind="stable")
-        ptr = np.zeros(self.n_tasks + 1, np.int64)
-        np.cumsum(np.bincount(succ, minlength=self.n_tasks), out=ptr[1:])
-        return ptr, pred[order]
+        """Predecessor CSR (ptr int64[n+1], idx int64) for engines that walk backwards: each task's predecessors in
+        ascending order (a stable sort of the edges by successor), transposed in C."""
+        from fabric._check_build import kernel
+        return kernel.csr_transpose(self.succ_ptr, self.succ_idx, self.n_tasks)
 
     def topo_levels(self) -> np.ndarray:
         """Level of every task (0 = no predecessors; otherwise 1 + the deepest predecessor's). Raises GraphError
@@ -273,25 +271,60 @@ class Fragment:
         return b.build()
 
 
-def _compact(a: np.ndarray) -> np.ndarray:
-    """Task ids as int32 where they fit (they always do for the kernel, whose task ids are int32)."""
-    if a.dtype == np.int64 and len(a) and -(1 << 31) <= int(a.min()) and int(a.max()) < (1 << 31):
-        return a.astype(np.int32)
-    return a
+_FRAGMENT_COLUMN = {"kind": "task_kind", "nbytes": "task_nbytes", "duration_ps": "duration_ps", "op": "op"}
 
 
-def _join(blocks: list) -> np.ndarray:
-    """np.concatenate (a copy even of a single block: the builder may hold a caller's array)."""
-    return np.concatenate(blocks)
+class _Tasks:
+    """A block of add_tasks: each column a scalar (broadcast at build) or an array of the block's length."""
+
+    def __init__(self, cols: dict, m: int):
+        self.cols, self.size = cols, m
+
+    def fill(self, name: str, out: np.ndarray) -> None:
+        out[...] = self.cols.pop(name)          # consumed: the peak is the graph plus one column's blocks
 
 
-def _col(value, dtype, m) -> np.ndarray:
-    a = np.asarray(value, dtype=dtype)
-    return np.full(m, a, dtype=dtype) if a.ndim == 0 else a
+class _Stamp:
+    """m copies of a fragment stamped on the rows of `ranks` (add_fragments), written into the graph's columns only
+    at build: no per-call blocks to concatenate (a 1024-rank step's 1.4 GB of them, zeroed and copied once more)."""
+
+    def __init__(self, frag: Fragment, ranks: np.ndarray, streams: np.ndarray, first: int, cid0: int, addr):
+        self.frag, self.ranks, self.streams, self.first, self.cid0, self.addr = frag, ranks, streams, first, cid0, addr
+        self.m = len(ranks)
+        self.size = self.m * frag.n_tasks
+
+    def fill(self, name: str, out: np.ndarray) -> None:
+        f, view = self.frag, out.reshape(self.m, self.frag.n_tasks)
+        if name == "rank":
+            np.take(self.ranks, f.rank, axis=1, out=view)
+        elif name in ("peer", "stream"):        # a gather from the rows with a last column of -1 (no peer, no stream)
+            rows, col = (self.ranks, f.peer) if name == "peer" else (self.streams, np.where(f.stream >= 0, f.rank, -1))
+            np.take(np.c_[rows, np.full(self.m, -1, np.int32)], np.where(col >= 0, col, f.n), axis=1, out=view)
+        elif name == "coll":
+            view[...] = np.arange(self.cid0, self.cid0 + self.m, dtype=np.int32)[:, None]
+        elif name == "src_op":
+            view[...] = -1
+        elif name == "addr":
+            view[...] = self.addr(f, self.ranks)
+        else:                                   # the fragment's own column, the same in every copy
+            view[...] = getattr(f, _FRAGMENT_COLUMN[name])
+
+    @property
+    def edges(self) -> tuple:
+        """The fragment's edges and where its copies start (kernel.csr_of_blocks expands them)."""
+        return self.frag.edge_src, self.frag.edge_dst, self.first, self.m, self.frag.n_tasks
+
+
+class _Edges:
+    """A block of add_edges: pred -> succ as given (int64)."""
+
+    def __init__(self, pred: np.ndarray, succ: np.ndarray):
+        self.edges = (pred, succ)
 
 
 class GraphBuilder:
-    """Accumulates tasks and edges as numpy blocks; `build()` concatenates once and makes the CSR."""
+    """Accumulates tasks and edges as blocks (arrays, or fragments with the ranks to stamp them on); `build()`
+    writes each column once, straight into the graph's arrays, and makes the CSR."""
 
     def __init__(self, n_ranks: int, semantics: bool = False, window_bytes: int | None = None):
         """window_bytes: each accelerator's window of the unified address map (topology.accel_mem_gib GiB): the
@@ -299,11 +332,10 @@ class GraphBuilder:
         self.n_ranks = int(n_ranks)
         self.semantics = semantics
         self.window_bytes = window_bytes
-        self._cols: dict[str, list[np.ndarray]] = {k: [] for k in _TASK_COLUMNS}
+        self._blocks: list = []                 # _Tasks and _Stamp, in task order
+        self._edges: list = []                  # _Edges and _Stamp, in edge order
         self._sem: dict[str, list[np.ndarray]] = {k: [] for k in ("dst_buf", "dst_off", "length", "n_src",
                                                                   "src_buf", "src_off")}
-        self._ep: list[np.ndarray] = []
-        self._es: list[np.ndarray] = []
         self.n_tasks = 0
         self.coll_meta: list[CollMeta] = []
 
@@ -313,11 +345,13 @@ class GraphBuilder:
         args = {"kind": kind, "rank": rank, "peer": peer, "stream": stream, "nbytes": nbytes,
                 "duration_ps": duration_ps, "op": op, "coll": coll, "src_op": src_op, "addr": addr}
         m = count if count is not None else max(np.size(v) for v in args.values())
+        cols = {}
         for k, v in args.items():
-            a = _col(v, _TASK_COLUMNS[k][0], m)
-            if len(a) != m:
+            a = np.asarray(v, dtype=_TASK_COLUMNS[k][0])
+            if a.ndim and len(a) != m:
                 raise ValueError(f"add_tasks: {k} has {len(a)} entries, expected {m}")
-            self._cols[k].append(a)
+            cols[k] = a
+        self._blocks.append(_Tasks(cols, m))
         if self.semantics:
             self._sem["dst_buf"].append(np.full(m, BUF_NONE, np.int8))
             for k in ("dst_off", "length", "n_src"):
@@ -330,8 +364,7 @@ class GraphBuilder:
         """Dependencies pred[i] -> succ[i] (broadcast)."""
         p, s = np.broadcast_arrays(np.asarray(pred, np.int64), np.asarray(succ, np.int64))
         if p.size:
-            self._ep.append(_compact(p.ravel()))
-            self._es.append(_compact(s.ravel()))
+            self._edges.append(_Edges(p.flatten(), s.flatten()))      # copies: build reads them later
 
     def add_fragment(self, frag: Fragment, ranks, streams=None, label: str = "",
                      nbytes: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
@@ -346,26 +379,19 @@ class GraphBuilder:
                       nbytes: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stamp m copies of `frag` at once: ranks and streams are [m, n] (row = one instance). Returns start and
         done ids [m, n] and the m collective ids."""
-        ranks = np.asarray(ranks, np.int32)
+        ranks = np.array(ranks, np.int32)               # copies: build reads them later
         m, n = ranks.shape
         if n != frag.n:
             raise ValueError(f"fragment {frag.kind}/{frag.algorithm} is for {frag.n} ranks, got {n}")
-        streams = np.zeros((m, n), np.int32) if streams is None else np.broadcast_to(
-            np.asarray(streams, np.int32), (m, n))
+        streams = np.zeros((m, n), np.int32) if streams is None else np.array(np.broadcast_to(
+            np.asarray(streams, np.int32), (m, n)))
         nt = frag.n_tasks
         base = self.n_tasks + np.arange(m, dtype=np.int64)[:, None] * nt
         cid0 = len(self.coll_meta)
-        c = self._cols
-        c["kind"].append(np.tile(frag.task_kind, m))
-        c["rank"].append(ranks[:, frag.rank].ravel())
-        c["peer"].append(np.where(frag.peer >= 0, ranks[:, np.maximum(frag.peer, 0)], -1).astype(np.int32).ravel())
-        c["stream"].append(np.where(frag.stream >= 0, streams[:, frag.rank], -1).astype(np.int32).ravel())
-        c["nbytes"].append(np.tile(frag.task_nbytes, m))
-        c["duration_ps"].append(np.tile(frag.duration_ps, m))
-        c["op"].append(np.tile(frag.op, m))
-        c["coll"].append(np.repeat(np.arange(cid0, cid0 + m, dtype=np.int32), nt))
-        c["src_op"].append(np.full(m * nt, -1, np.int64))
-        c["addr"].append(self._addresses(frag, ranks).ravel())
+        stamp = _Stamp(frag, ranks, streams, self.n_tasks, cid0, self._addresses)
+        self._blocks.append(stamp)
+        if len(frag.edge_src):
+            self._edges.append(stamp)
         if self.semantics:
             if frag.sem is None:
                 raise ValueError("this builder keeps semantics but the fragment was built without them")
@@ -376,9 +402,6 @@ class GraphBuilder:
             self._sem["n_src"].append(np.tile(np.diff(s.src_ptr), m))
             self._sem["src_buf"].append(np.tile(s.src_buf, m))
             self._sem["src_off"].append(np.tile(s.src_off, m))
-        if len(frag.edge_src):
-            self._ep.append(_compact((frag.edge_src[None, :] + base).ravel()))
-            self._es.append(_compact((frag.edge_dst[None, :] + base).ravel()))
         self.n_tasks += m * nt
         labels = [""] * m if labels is None else list(labels)
         nb = int(frag.nbytes if nbytes is None else nbytes)
@@ -400,28 +423,28 @@ class GraphBuilder:
         return np.where(on, a, -1)
 
     def build(self, validate: bool = False) -> TaskGraph:
-        """The graph; the builder's blocks are consumed as they are joined (a column or the edges at a time), so
-        the peak is the graph plus its largest column, not two copies of everything."""
+        """The graph. Each column is allocated once (np.empty: every element is written) and filled block by block,
+        and the CSR is made from the edge blocks themselves, so the peak is the graph plus one block's temporaries.
+        The builder is consumed."""
         n = self.n_tasks
-        cols = {}
-        for k, v in self._cols.items():
-            cols[k] = (_join(v) if v else np.zeros(0, _TASK_COLUMNS[k][0])).astype(_TASK_COLUMNS[k][0], copy=False)
-            v.clear()
-        if self._ep:
-            pred = _join(self._ep)
-            self._ep.clear()
-            succ = _join(self._es)
-            self._es.clear()
-        else:
-            pred = succ = np.zeros(0, np.int64)
-        if len(pred) and (pred.min() < 0 or pred.max() >= n or succ.min() < 0 or succ.max() >= n):
-            raise GraphError(f"an edge names a task outside 0..{n - 1}")
         if n >= 1 << 31:
             raise GraphError(f"{n} tasks: the kernel numbers tasks with 32 bits (at most 2^31 - 1)")
+        cols = {}
+        for k, (dt, _) in _TASK_COLUMNS.items():
+            out = cols[k] = np.empty(n, dt)
+            lo = 0
+            for blk in self._blocks:
+                blk.fill(k, out[lo:lo + blk.size])
+                lo += blk.size
+        self._blocks.clear()
         from fabric._check_build import kernel
-        # a counting sort in C: each task's successors in edge order, as a stable sort by predecessor would give
-        succ_ptr, succ_idx, n_deps = kernel.csr_by_source(pred, succ, n)
-        del pred, succ
+        # a counting sort in C over the edge blocks (stamped fragments expanded there, never as arrays): each
+        # task's successors in edge order, as a stable sort by predecessor would give
+        try:
+            succ_ptr, succ_idx, n_deps = kernel.csr_of_blocks([blk.edges for blk in self._edges], n)
+        except ValueError as e:
+            raise GraphError(str(e)) from None
+        self._edges.clear()
         sem = None
         if self.semantics:
             s = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in self._sem.items()}

@@ -2,6 +2,7 @@
 to bandwidth x round trip (0 = auto, fabric.sim.flow_control); an explicit value that caps a link or pair warns once."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from fabric import phy, sim
 from fabric.config import load_config
@@ -169,3 +170,73 @@ def test_config_rejects_negative_and_too_small_values():
         load_config(overrides={"link.credit_flits": 8})
     with pytest.raises(ConfigError, match="endpoint.e2e_window_bytes"):
         load_config(overrides={"endpoint.e2e_window_bytes": 100})
+
+
+@settings(max_examples=8, deadline=None)
+@given(credit=st.integers(0, 4), replay=st.integers(0, 4), window=st.integers(0, 4))
+def test_analytic_engine_ignores_flow_control(credit, replay, window):
+    """kernel_params(engine="analytic") leaves the flow-control sizes unresolved: the analytic engine's times and
+    events are the same whatever they are (here: from one packet to far past the auto values)."""
+    from fabric._check_build import kernel
+    from fabric.network import shared
+    from fabric.taskgraph import all_to_all_graph
+    base = load_config("sd200")
+    topo, graph = shared(base), all_to_all_graph(16, 70_000)
+    ref = kernel.Engine(sim.kernel_params(base, topo), sim.as_arrays(topo), graph, True)
+    ref.run()
+    largest = phy.packet_flits(base, base.txn.max_payload_bytes)
+    cfg = load_config("sd200", overrides={"link.credit_flits": credit * 4 * largest,
+                                          "link.replay_buffer_flits": replay * 4 * largest,
+                                          "endpoint.e2e_window_bytes": window * 65536})
+    eng = kernel.Engine(sim.kernel_params(cfg, topo, engine="analytic"), sim.as_arrays(topo), graph, True)
+    eng.run()
+    assert eng.events == ref.events > 0
+    for a, b in zip(eng.task_times(), ref.task_times()):
+        assert (a == b).all() and (a >= 0).all()          # every task ran
+
+
+def _round_trips_numpy(pair_ptr, path_ptr, path_ch, lat, node_lat, dst, flit, T, rate):
+    """The per-pair D, G and B of fabric.phy.e2e_round_trips written in numpy (reduceat, bincount): the definition
+    kernel.pair_round_trips must match bit for bit."""
+    lens = np.diff(path_ptr)
+    ok = lens > 0
+    starts = path_ptr[:-1][ok]
+    hop_node = node_lat[dst[path_ch]]
+    first = np.minimum(T, flit)[path_ch]
+    lat_sum = np.add.reduceat(lat[path_ch], starts)
+    node_sum = np.add.reduceat(hop_node, starts) - hop_node[path_ptr[1:][ok] - 1]
+    D, G = np.zeros(len(lens)), np.zeros(len(lens))
+    D[ok] = np.maximum.reduceat(T[path_ch], starts) + (np.add.reduceat(first, starts) - first[starts]) + lat_sum \
+        + node_sum
+    G[ok] = lat_sum + np.add.reduceat(flit[path_ch], starts) + node_sum
+    counts = np.diff(pair_ptr)
+    has = counts > 0
+    Dp, Gp = np.zeros(len(counts)), np.zeros(len(counts))
+    Dp[has] = np.maximum.reduceat(D, pair_ptr[:-1][has])
+    Gp[has] = np.maximum.reduceat(G, pair_ptr[:-1][has])
+    pair_of_path = np.repeat(np.arange(len(counts)), counts)[ok]
+    B = np.full(len(counts), np.inf)
+    for idx in (path_ptr[:-1][ok], path_ptr[1:][ok] - 1):
+        key = np.unique(pair_of_path * len(T) + path_ch[idx])
+        B = np.minimum(B, np.bincount(key // len(T), weights=rate[key % len(T)], minlength=len(counts)))
+    return Dp, Gp, B
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.lists(st.integers(0, 5), max_size=150), max_size=4), min_size=1, max_size=9),
+       st.lists(st.floats(0.5, 2000.0), min_size=6, max_size=6), st.integers(0, 2 ** 32 - 1))
+def test_pair_round_trips_is_the_numpy_formula_bit_for_bit(pairs, times, seed):
+    """Paths of 0 to 150 hops (numpy's pairwise sums change shape at 8 and 128 terms), pairs of 0 to 4 candidates,
+    fractional channel times: the C pass gives numpy's floats exactly (flow control is rounded from them)."""
+    from fabric._check_build import kernel
+    rng = np.random.default_rng(seed)
+    paths = [p for pair in pairs for p in pair]
+    pair_ptr = np.r_[0, np.cumsum([len(pair) for pair in pairs])].astype(np.int64)
+    path_ptr = np.r_[0, np.cumsum([len(p) for p in paths])].astype(np.int64)
+    path_ch = np.array([c for p in paths for c in p], np.int32)
+    T = np.array(times)
+    flit, lat = T * rng.uniform(0.01, 2.0, 6), rng.uniform(0.0, 5e4, 6)
+    node_lat, dst = rng.uniform(0.0, 3e5, 4), rng.integers(0, 4, 6).astype(np.int32)
+    args = (pair_ptr, path_ptr, path_ch, lat, node_lat, dst, flit, T, 4096.0 / T)
+    for got, want in zip(kernel.pair_round_trips(*args), _round_trips_numpy(*args)):
+        assert got.tobytes() == want.tobytes()

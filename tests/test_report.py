@@ -80,3 +80,20 @@ def test_compiled_walk_breaks_ties_as_the_reference():
                        (np.array([0, 0, 0, 10, 10]), np.array([5, 5, 5, 10, 15])),
                        (np.array([0, 2, 0, 12, 12]), np.array([12, 12, 12, 12, 17]))):
         assert critical_path(g, start, end) == critical_path_reference(g, start, end)
+
+
+def test_task_layers_are_each_compute_task_s_trace_op_layer():
+    """task_layers: a compute task lowered from op i of rank r has layer[i] of r's table; every other task -1."""
+    from pathlib import Path
+
+    from fabric.lower import lower
+    from fabric.report import task_layers
+    from fabric.trace import read
+    tr = read(str(Path(__file__).resolve().parent.parent / "traces" / "toy-mla-tp8.h5"))
+    g = lower(tr, None)
+    got = task_layers(g, tr)
+    own = g.src_op >= 0
+    assert own.any() and (got[~own] == -1).all()
+    for t in np.flatnonzero(own):
+        assert got[t] == tr.ops[g.rank[t]].layer[g.src_op[t]]
+    assert len(set(got[own].tolist())) > 2           # several layers, not one value

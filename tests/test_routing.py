@@ -217,6 +217,49 @@ def test_kernel_route_graph_walks_every_route_exactly(preset, method):
         assert len(g["hv"]) < 0.5 * len(flat)
 
 
+@pytest.mark.parametrize("preset", ["sd200-128", "torus-4x4x4", "scaleout-roce"])
+def test_confined_routes_keep_the_pairs_among_the_first_ranks_and_their_runs(preset):
+    """routing.confined(t, n): pairs among ranks 0..n-1 keep their candidates in order, every other pair has none;
+    the analytic engine runs an all-to-all among them to the same times on either (the auto tiers rely on it)."""
+    t = built(preset)
+    n = min(24, t.n_ranks - 1)
+    c = routing.confined(t, n)
+    R = t.n_ranks
+    assert c.vc_levels == t.vc_levels and c.pair_ptr.shape == t.pair_ptr.shape
+    for s in range(R):
+        for d in range(R):
+            k = s * R + d
+            got = [c.path_ch[c.path_ptr[p]:c.path_ptr[p + 1]].tolist() for p in range(c.pair_ptr[k], c.pair_ptr[k + 1])]
+            if s < n and d < n:
+                assert got == [t.path_ch[t.path_ptr[p]:t.path_ptr[p + 1]].tolist()
+                               for p in range(t.pair_ptr[k], t.pair_ptr[k + 1])]
+            else:
+                assert got == []
+    cfg = load_config(preset=preset)
+    src, dst = np.nonzero(~np.eye(n, dtype=bool))
+    graph = as_arrays(transfer_graph(src, dst, 9000 + 4096 * (src % 3)))
+    runs = []
+    for topo in (t, c):
+        eng = kernel.Engine(kernel_params(cfg, engine="analytic"), as_arrays(topo), graph, True)
+        eng.run()
+        runs.append((eng.events, *eng.task_times()))
+    assert runs[0][0] == runs[1][0] and all((a == b).all() for a, b in zip(runs[0][1:], runs[1][1:]))
+    assert (runs[1][2] > 0).all()
+
+
+@pytest.mark.parametrize("preset", ["sd200", "torus-4x4x4", "scaleout-roce"])
+def test_dependency_edges_are_the_consecutive_hops_of_every_path(preset):
+    """dependency_edges (one pass in C) is the set of (hop, next hop) virtual-channel pairs of every path, sorted."""
+    t = built(preset)
+    L = max(t.vc_levels, 1)
+    want = set()
+    for p in range(len(t.path_ptr) - 1):
+        v = [int(t.path_ch[h]) * L + int(t.path_vcl[h]) for h in range(t.path_ptr[p], t.path_ptr[p + 1])]
+        want.update(zip(v, v[1:]))
+    got = routing.dependency_edges(t)
+    assert [tuple(e) for e in got.tolist()] == sorted(want) and len(want) > 0
+
+
 def test_bad_method_names():
     t = built("scaleout-roce")
     with pytest.raises(RoutingError, match="unknown routing method"):

@@ -120,3 +120,83 @@ def test_csr_by_source_is_a_stable_sort_by_predecessor(case):
     assert np.array_equal(idx, succ[np.argsort(pred, kind="stable")])
     assert np.array_equal(ptr, np.r_[0, np.cumsum(np.bincount(pred, minlength=n))])
     assert np.array_equal(deps, np.bincount(succ, minlength=n))
+
+
+def _reference_graph(ops, n_ranks, window):
+    """What the builder must give for `ops`, element by element: each block's tasks in call order, each fragment
+    copy's tasks with its ranks, streams and collective substituted, the edges as a stable sort by predecessor."""
+    from fabric.address import global_addresses
+    from fabric.taskgraph import LOAD, STORE
+    cols = {k: [] for k in ("kind", "rank", "peer", "stream", "nbytes", "duration_ps", "op", "coll", "src_op",
+                            "addr")}
+    pred, succ, n, cid = [], [], 0, 0
+    for op in ops:
+        if op[0] == "tasks":
+            _, kind, rank, dur = op
+            for r, d in zip(rank, dur):
+                for k, v in zip(cols, (kind, r, -1, -1, 0, d, 0, -1, -1, -1)):
+                    cols[k].append(v)
+            n += len(rank)
+        elif op[0] == "edges":
+            pred += op[1]
+            succ += op[2]
+        else:
+            _, frag, ranks, streams = op
+            for row, srow in zip(ranks, streams):
+                for j in range(frag.n_tasks):
+                    p = int(frag.peer[j])
+                    moves = frag.task_kind[j] == TRANSFER and frag.op[j] in (STORE, LOAD)
+                    a = global_addresses(row[p], frag.addr_buf[j], frag.addr_off[j], frag.rank[j], window) \
+                        if window is not None and moves else -1
+                    for k, v in zip(cols, (frag.task_kind[j], row[frag.rank[j]], row[p] if p >= 0 else -1,
+                                           srow[frag.rank[j]] if frag.stream[j] >= 0 else -1, frag.task_nbytes[j],
+                                           frag.duration_ps[j], frag.op[j], cid, -1, a)):
+                        cols[k].append(int(v))
+                pred += (frag.edge_src + n).tolist()
+                succ += (frag.edge_dst + n).tolist()
+                n += frag.n_tasks
+                cid += 1
+    order = np.argsort(np.array(pred, np.int64), kind="stable")
+    return cols, np.array(succ, np.int64)[order], np.bincount(np.array(pred, np.int64), minlength=n)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("tasks"), st.lists(st.tuples(st.integers(0, 7), st.integers(0, 99)), min_size=1, max_size=5)),
+    st.tuples(st.just("frag"), st.sampled_from([("allreduce", "twoshot", 4), ("allgather", "ring", 3),
+                                                ("alltoall", "direct", 2)]),
+              st.lists(st.permutations(range(8)), min_size=1, max_size=3), st.integers(0, 3)),
+    st.tuples(st.just("edges"), st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 10 ** 6)), max_size=6))),
+    min_size=1, max_size=8), st.sampled_from([None, 1 << 30]))
+def test_builder_writes_what_the_blocks_say(script, window):
+    """Any mix of add_tasks, add_fragments and add_edges calls builds, column by column and edge by edge, the graph
+    the calls describe (the builder writes stamped fragments straight into the graph's arrays at build)."""
+    b = GraphBuilder(8, window_bytes=window)
+    ops = []
+    for step in script:
+        if step[0] == "tasks":
+            rank, dur = [r for r, _ in step[1]], [d for _, d in step[1]]
+            b.add_tasks(COMPUTE, rank, duration_ps=dur)
+            ops.append(("tasks", COMPUTE, rank, dur))
+        elif step[0] == "frag":
+            (kind, alg, n), perms, stream = step[1:]
+            frag = collectives.build(kind, alg, 4096, n, semantics=False)
+            ranks = np.array([p[:n] for p in perms])
+            streams = np.full(ranks.shape, stream)
+            b.add_fragments(frag, ranks, streams=streams)
+            ops.append(("frag", frag, ranks, streams))
+        elif b.n_tasks and step[1]:       # edges among the tasks so far
+            p = [x % b.n_tasks for x, _ in step[1]]
+            s = [y % b.n_tasks for _, y in step[1]]
+            b.add_edges(p, s)
+            ops.append(("edges", p, s))
+    g = b.build()
+    cols, succ_idx, out_deg = _reference_graph(ops, 8, window)
+    for k, v in cols.items():
+        assert getattr(g, k).tolist() == v, k
+    assert g.succ_idx.tolist() == succ_idx.tolist()
+    assert np.diff(g.succ_ptr).tolist() == out_deg.tolist()
+    pred = np.repeat(np.arange(g.n_tasks), np.diff(g.succ_ptr))        # and the predecessor CSR: a stable sort
+    ptr, idx = g.predecessors_csr()
+    assert idx.tolist() == pred[np.argsort(g.succ_idx, kind="stable")].tolist()
+    assert ptr.tolist() == np.r_[0, np.cumsum(np.bincount(g.succ_idx, minlength=g.n_tasks))].tolist()

@@ -6,8 +6,8 @@
 # they share (every struct, enum and typedef). This file holds the includes and Engine, the Python-facing owner of
 # the state. Each room opens with what it models and which records of types.pxd it uses.
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memset, memcpy
-from libc.math cimport log, log1p, expm1, ceil
+from libc.string cimport memset, memcpy, memmove
+from libc.math cimport log, log1p, expm1, ceil, INFINITY
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, INT64_MAX
 cimport numpy as cnp
 import numpy as np

@@ -165,3 +165,151 @@ def dor_expand_paths(int32_t R, int32_t S, rank_router_a, int32_t N, cnt_a, star
                 pch[pos] = down[d, (j + s) % N]
             p += 1
     return path_ptr_a, path_ch_a, path_vcl_a
+
+
+def route_dependencies(path_ptr_a, path_ch_a, path_vcl_a, int64_t levels, int64_t n_ch):
+    """The channel-dependency graph of the routes (fabric/routing.py's dependency_edges, deadlock freedom): every
+    pair of consecutive hops of a path as a key a * nv + b of virtual channels (channel x levels + VC level,
+    nv = n_ch x levels), each once, ascending. A byte per possible key where nv^2 <= 2^27 (marking is linear where
+    sorting ~15 M keys is not), else the keys sorted."""
+    cdef const int64_t[::1] ptr = np.ascontiguousarray(path_ptr_a, np.int64)
+    cdef const int32_t[::1] ch = np.ascontiguousarray(path_ch_a, np.int32)
+    cdef const int8_t[::1] vcl = np.ascontiguousarray(path_vcl_a, np.int8)
+    cdef int64_t nv = n_ch * levels, p, h, n = 0, k
+    cdef bint mark = nv * nv <= (1 << 27)
+    out_a = np.zeros(nv * nv if mark else 0, np.uint8)
+    cdef uint8_t[::1] seen = out_a
+    for p in range(ptr.shape[0] - 1):
+        n += max(ptr[p + 1] - ptr[p] - 1, 0)
+    keys_a = np.empty(0 if mark else n, np.int64)
+    cdef int64_t[::1] keys = keys_a
+    n = 0
+    with nogil:
+        for p in range(ptr.shape[0] - 1):
+            for h in range(ptr[p], ptr[p + 1] - 1):
+                k = (ch[h] * levels + vcl[h]) * nv + ch[h + 1] * levels + vcl[h + 1]
+                if mark:
+                    seen[k] = 1
+                else:
+                    keys[n] = k
+                    n += 1
+    return np.flatnonzero(out_a) if mark else np.unique(keys_a)
+
+
+cdef double pairwise_sum(const double* a, int64_t n) noexcept nogil:
+    """numpy's pairwise sum (its add reduction's inner loop), bit for bit: under 8 terms in order from 0.0; up to
+    128 in 8 running sums; above that, two halves split at a multiple of 8."""
+    cdef double r[8]
+    cdef double res = 0.0
+    cdef int64_t i, j, half
+    if n < 8:
+        for i in range(n):
+            res += a[i]
+        return res
+    if n <= 128:
+        for j in range(8):
+            r[j] = a[j]
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                r[j] += a[i + j]
+            i += 8
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        while i < n:
+            res += a[i]
+            i += 1
+        return res
+    half = n // 2
+    half -= half % 8
+    return pairwise_sum(a, half) + pairwise_sum(a + half, n - half)
+
+
+cdef inline double segment_sum(const double* a, int64_t n) noexcept nogil:
+    """np.add.reduceat's sum of a segment of n >= 1 terms: the first plus the pairwise sum of the rest."""
+    return a[0] + pairwise_sum(a + 1, n - 1) if n > 1 else a[0]
+
+
+cdef inline double distinct_rate(const int32_t* chs, int64_t k, int32_t* seen, const double* rate) noexcept nogil:
+    """The rates of the distinct channels among chs[0..k-1], summed from 0.0 in ascending channel order."""
+    cdef int64_t i, j, m = 0
+    cdef int32_t c
+    cdef double tot = 0.0
+    for i in range(k):                          # insertion into the sorted distinct list seen[0..m-1]
+        c = chs[i]
+        j = m
+        while j > 0 and seen[j - 1] > c:
+            j -= 1
+        if j > 0 and seen[j - 1] == c:
+            continue
+        memmove(&seen[j + 1], &seen[j], (m - j) * sizeof(int32_t))
+        seen[j] = c
+        m += 1
+    for i in range(m):
+        tot += rate[seen[i]]
+    return tot
+
+
+def pair_round_trips(pair_ptr_a, path_ptr_a, path_ch_a, lat_a, node_lat_a, ch_dst_a, flit_a, T_a, rate_a):
+    """fabric/phy.py's e2e_round_trips per rank pair, in one pass over the routes (~15 M entries at 1024 ranks) with
+    numpy's float arithmetic bit for bit (reduceat's pairwise sums, bincount's ascending order): per pair (R x R
+    arrays) the largest D (delivery) and G (grant) over its candidate paths, and its payload rate B: the distinct
+    first channels' rates or the distinct last channels', whichever is less (0 without a non-empty path)."""
+    cdef const int64_t[::1] pair_ptr = np.ascontiguousarray(pair_ptr_a, np.int64)
+    cdef const int64_t[::1] path_ptr = np.ascontiguousarray(path_ptr_a, np.int64)
+    cdef const int32_t[::1] path_ch = np.ascontiguousarray(path_ch_a, np.int32)
+    cdef const double[::1] lat = np.ascontiguousarray(lat_a, np.float64)
+    cdef const double[::1] node_lat = np.ascontiguousarray(node_lat_a, np.float64)
+    cdef const int32_t[::1] ch_dst = np.ascontiguousarray(ch_dst_a, np.int32)
+    cdef const double[::1] flit = np.ascontiguousarray(flit_a, np.float64)
+    cdef const double[::1] T = np.ascontiguousarray(T_a, np.float64)
+    cdef const double[::1] rate = np.ascontiguousarray(rate_a, np.float64)
+    cdef int64_t n_pairs = pair_ptr.shape[0] - 1, k, p, h, n, i, m, most_hops = 1, most_paths = 1
+    cdef double ser, cut, lat_sum, node_sum, flit_sum, D, G, dmax, gmax, b
+    cdef int32_t c
+    lens = np.diff(path_ptr_a)
+    if len(lens):
+        most_hops = max(int(lens.max()), 1)
+        most_paths = max(int(np.diff(pair_ptr_a).max()), 1)
+    Dp_a, Gp_a, B_a = np.zeros(n_pairs), np.zeros(n_pairs), np.zeros(n_pairs)
+    cdef double[::1] Dp = Dp_a, Gp = Gp_a, B = B_a
+    hop_a = np.empty((4, most_hops))            # one path's hop latencies, nodes, first flits, flits
+    cdef double[:, ::1] hop = hop_a
+    ends_a = np.empty((3, most_paths), np.int32)     # a pair's first and last channels, and the distinct ones
+    cdef int32_t[:, ::1] ends = ends_a
+    with nogil:
+        for k in range(n_pairs):
+            if pair_ptr[k + 1] == pair_ptr[k]:
+                continue
+            dmax = gmax = -INFINITY
+            m = 0
+            for p in range(pair_ptr[k], pair_ptr[k + 1]):
+                n = path_ptr[p + 1] - path_ptr[p]
+                D = G = 0.0
+                if n > 0:
+                    ser = -INFINITY
+                    for i in range(n):
+                        c = path_ch[path_ptr[p] + i]
+                        hop[0, i] = lat[c]
+                        hop[1, i] = node_lat[ch_dst[c]]
+                        hop[2, i] = T[c] if T[c] < flit[c] else flit[c]
+                        hop[3, i] = flit[c]
+                        if T[c] > ser:
+                            ser = T[c]
+                    lat_sum = segment_sum(&hop[0, 0], n)
+                    node_sum = segment_sum(&hop[1, 0], n) - hop[1, n - 1]     # nodes crossed, not the destination
+                    cut = segment_sum(&hop[2, 0], n) - hop[2, 0]             # a flit per later hop (cut-through)
+                    flit_sum = segment_sum(&hop[3, 0], n)
+                    D = ser + cut + lat_sum + node_sum
+                    G = lat_sum + flit_sum + node_sum
+                    ends[0, m] = path_ch[path_ptr[p]]
+                    ends[1, m] = path_ch[path_ptr[p + 1] - 1]
+                    m += 1
+                if D > dmax:
+                    dmax = D
+                if G > gmax:
+                    gmax = G
+            Dp[k] = dmax
+            Gp[k] = gmax
+            b = distinct_rate(&ends[0, 0], m, &ends[2, 0], &rate[0])
+            B[k] = min(b, distinct_rate(&ends[1, 0], m, &ends[2, 0], &rate[0]))
+    return Dp_a, Gp_a, B_a

@@ -22,8 +22,9 @@ cdef void* keep_view(dict keep, str name, object values, object dtype) except NU
     return cnp.PyArray_DATA(a)
 
 cdef void* keep_full(dict keep, str name, Py_ssize_t n, object dtype, object fill=0) except NULL:
-    """n elements (one at least) set to fill, kept alive under name; its buffer, for C."""
-    a = np.full(max(int(n), 1), fill, dtype=dtype)
+    """n elements (one at least) set to fill, kept alive under name; its buffer, for C. Zeros come from calloc,
+    untouched until used (the executor's work stack: 72 MB at 1024 ranks, a few KB of it written)."""
+    a = np.zeros(max(int(n), 1), dtype=dtype) if fill == 0 else np.full(max(int(n), 1), fill, dtype=dtype)
     keep[name] = a
     return cnp.PyArray_DATA(a)
 
@@ -221,20 +222,28 @@ cdef int setup_event_queue(SimC* s, dict p, dict graph, int event_lanes, int64_t
 
 cdef list common_packet_sizes(dict p, dict graph, int top=3):
     """Header + payload sizes of the packets the graph's transfers produce, commonest first (at most top):
-    full packets of max_payload_B, each transfer's remainder, header-only read requests."""
-    kind = np.asarray(graph["kind"], np.int8)
-    is_x = kind == T_TRANSFER
-    nbytes = np.asarray(graph["nbytes"], np.int64)[is_x]
-    load = np.asarray(graph["op"], np.int8)[is_x] == 1
-    maxp, hdr, mrrs = int(p["max_payload_B"]), int(p["header_B"]), int(p["mrrs_B"])
-    sizes = np.concatenate([[maxp + hdr], nbytes % maxp + hdr, [hdr]])
-    counts = np.concatenate([[int((nbytes // maxp).sum())], (nbytes % maxp > 0).astype(np.int64),
-                             [int(((nbytes[load] + mrrs - 1) // mrrs).sum())]])
-    # sizes lie in [hdr, maxp + hdr]: a count per possible size, in ascending size as np.unique would give them,
-    # without sorting a million of them (the same float sums, added in the same order)
-    tot = np.bincount(sizes - hdr, weights=counts, minlength=maxp + 1)
-    order = np.argsort(-tot, kind="stable")
-    return [int(j) + hdr for j in order[:top] if tot[j] > 0]
+    full packets of max_payload_B, each transfer's remainder, header-only read requests. A count per possible size
+    (they lie in [hdr, maxp + hdr]) in one pass over the task columns, ties in ascending size: what np.unique's
+    counts gave, without sorting or gathering 16 M transfers' sizes."""
+    cdef const int8_t[::1] kind = np.ascontiguousarray(graph["kind"], np.int8)
+    cdef const int8_t[::1] op = np.ascontiguousarray(graph["op"], np.int8)
+    cdef const int64_t[::1] nbytes = np.ascontiguousarray(graph["nbytes"], np.int64)
+    cdef int64_t maxp = int(p["max_payload_B"]), hdr = int(p["header_B"]), mrrs = int(p["mrrs_B"]), nb
+    cdef Py_ssize_t t
+    tot_a = np.zeros(maxp + 1, np.int64)
+    cdef int64_t[::1] tot = tot_a
+    with nogil:
+        for t in range(kind.shape[0]):
+            if kind[t] != T_TRANSFER:
+                continue
+            nb = nbytes[t]
+            tot[maxp] += nb // maxp
+            if nb % maxp:
+                tot[nb % maxp] += 1
+            if op[t] == 1:
+                tot[0] += (nb + mrrs - 1) // mrrs
+    order = np.argsort(-tot_a, kind="stable")
+    return [int(j) + hdr for j in order[:top] if tot_a[j] > 0]
 
 
 cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
@@ -332,25 +341,26 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
     requester), after all the first ones; the task -> transfer map. An addressed transfer (graph["host_addr"] >= 0:
     a host address in its issuer's domain) goes to the rank its issuer's shadow-window table maps that address to
     (window_find), whatever its peer says; in no window, it is an Unsupported Request."""
-    cdef int32_t t, x, r, q, n_xf, extra, w
+    cdef int32_t t, x, r, q, n_xf, extra, w, n_first = 0, n_loads = 0
     cdef int64_t gaddr
     cdef XferC scratch
     cdef XferC* xf
-    cdef Py_ssize_t i
     cdef bint load
-    kind = keep["t_kind"]
-    tasks_a = np.flatnonzero(kind == T_TRANSFER).astype(np.int32)
-    op_a = np.ascontiguousarray(np.asarray(graph["op"], np.int8)[tasks_a])
-    # typed views: the loop below runs once per transfer (~1 M in a decode step), in C
-    cdef const int32_t[::1] tasks = tasks_a
-    cdef const int8_t[::1] op = op_a
-    cdef const int32_t[::1] rank = np.ascontiguousarray(np.asarray(graph["rank"], np.int32)[tasks_a])
-    cdef const int32_t[::1] peer = np.ascontiguousarray(np.asarray(graph["peer"], np.int32)[tasks_a])
-    cdef const int64_t[::1] nbytes = np.ascontiguousarray(np.asarray(graph["nbytes"], np.int64)[tasks_a])
+    # typed views of the task columns (no gathered copies): the loops below run once per task (18 M at 1024
+    # ranks), in C
+    cdef const int8_t[::1] kind = keep["t_kind"]
+    cdef const int8_t[::1] op = np.ascontiguousarray(graph["op"], np.int8)
+    cdef const int32_t[::1] rank = keep["t_rank"]
+    cdef const int32_t[::1] peer = np.ascontiguousarray(graph["peer"], np.int32)
+    cdef const int64_t[::1] nbytes = np.ascontiguousarray(graph["nbytes"], np.int64)
     has_addr = graph.get("host_addr") is not None
-    cdef const int64_t[::1] addr = np.ascontiguousarray(
-        np.asarray(graph["host_addr"], np.int64)[tasks_a] if has_addr else np.zeros(1, np.int64))
-    n_xf = len(tasks_a) + int((op_a == 1).sum())
+    cdef const int64_t[::1] addr = np.ascontiguousarray(graph["host_addr"] if has_addr else np.zeros(1), np.int64)
+    with nogil:
+        for t in range(s.n_tasks):
+            if kind[t] == T_TRANSFER:
+                n_first += 1
+                n_loads += op[t] == 1
+    n_xf = n_first + n_loads
     s.x_addr = <int64_t*>keep_full(keep, "x_addr", n_xf, np.int64, -1)
     s.n_xf = n_xf
     if s.analytic:        # its compact records, each filled from a scratch XferC (the same set-up as the packets')
@@ -365,26 +375,27 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
     t_xfer = np.full(s.n_tasks, -1, np.int32)
     cdef int32_t[::1] t_xfer_v = t_xfer
     x = 0
-    extra = <int32_t>tasks.shape[0]
-    for i in range(tasks.shape[0]):
-        t = tasks[i]
-        r = rank[i]
-        q = peer[i]
-        if has_addr and addr[i] >= 0:
-            s.x_addr[x] = addr[i]
-            w = window_find(s, s.node_domain[r], addr[i], nbytes[i], &gaddr) if 0 <= r < s.n_ranks else -1
+    extra = n_first
+    for t in range(s.n_tasks):
+        if kind[t] != T_TRANSFER:
+            continue
+        r = rank[t]
+        q = peer[t]
+        if has_addr and addr[t] >= 0:
+            s.x_addr[x] = addr[t]
+            w = window_find(s, s.node_domain[r], addr[t], nbytes[t], &gaddr) if 0 <= r < s.n_ranks else -1
             q = s.w_rank[w] if w >= 0 else -1
-        load = op[i] == 1
+        load = op[t] == 1
         t_xfer_v[t] = x
         xf = &scratch if s.analytic else &s.xf[x]
-        init_xfer(s, xf, x, r, q, nbytes[i], -1 if load else t, 1 if load else 0, 0, extra if load else -1)
-        if op[i] == 2 or op[i] == 3:
-            switch_leg(s, xf, op[i])
+        init_xfer(s, xf, x, r, q, nbytes[t], -1 if load else t, 1 if load else 0, 0, extra if load else -1)
+        if op[t] == 2 or op[t] == 3:
+            switch_leg(s, xf, op[t])
         if s.analytic:
             an_xfer(s, x, xf, t)
         if load:    # the response flow: data from the owner back to the requester
             xf = &scratch if s.analytic else &s.xf[extra]
-            init_xfer(s, xf, extra, q, r, nbytes[i], t, 2, 1, x)
+            init_xfer(s, xf, extra, q, r, nbytes[t], t, 2, 1, x)
             if s.analytic:
                 an_xfer(s, extra, xf, t)
             extra += 1
