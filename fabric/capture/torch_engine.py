@@ -7,7 +7,10 @@
    module it ran in (global forward pre/post hooks keep the module stack).
    Routing is data dependent, which meta tensors cannot answer: the experts module's forward is replaced by one that
    asks the seeded routing oracle (fabric.capture.plan.route) which experts each token uses and then runs exactly
-   those experts' GEMMs on the real expert weight tensors.
+   those experts' GEMMs on the real expert weight tensors. Decoder layers of one kind (same modules, shapes and
+   settings) are recorded once and copied to the others (fabric.capture.torch_layers): the same recording with
+   fewer ops through the meta device's Python kernels (DeepSeek-R1: 452 instead of 12,118 for the fused graph, whose
+   recording runs one expert per MoE layer; 5,590 for the eager one, whose routed experts run in every layer).
 3. Fuse the recording as a serving engine does: q_a/kv_a projections into one GEMM, q/k/v and gate/up into one,
    the naive MLA (kv_b expanded over every cached token + SDPA) into weight absorption (W_UK, W_UV) around one MLA
    decode-attention kernel that reads the latent cache once, the per-expert GEMMs into grouped GEMMs, RoPE and the

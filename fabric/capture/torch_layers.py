@@ -2,7 +2,7 @@
 
 DeepSeek-R1 has 61 decoder layers of two kinds (3 dense, 58 MoE); every layer of a kind dispatches the same aten
 ops with the same shapes, only its module path (`model.layers.<i>`) differs. Running every layer's forward through
-the meta device costs ~0.2 ms per op in torch's Python meta kernels, so `LayerShare` wraps each layer's forward:
+the meta device costs ~0.1 ms per op in torch's Python meta kernels, so `LayerShare` wraps each layer's forward:
 
 - layers are grouped by a signature: every submodule's type, parameter and buffer shapes and dtypes and plain
   attributes (int, float, str, bool, None and tuples of them; `layer_idx` aside), and the cache layer's type and
@@ -15,7 +15,7 @@ the meta device costs ~0.2 ms per op in torch's Python meta kernels, so `LayerSh
 - routed experts (`routed=True`, the eager runtime) depend on the layer through the routing oracle: their segments
   are not copied but run for real on the copied layer's own experts module with the first layer's inputs.
 
-The recording (ops and detail) is the one running every layer gives; tests/test_capture_torch.py compares them.
+The recording (ops and detail) is the one running every layer gives; tests/test_torch_layers.py compares them.
 """
 from __future__ import annotations
 
