@@ -60,3 +60,18 @@ def test_cli_torch_engine(tmp_path):
                                     "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert T.read(out).meta["tool"] == "fabric-capture/torch"
+
+
+def test_paused_gc_restores_the_collector():
+    import gc
+
+    from fabric.capture.torch_engine import paused_gc
+    for before in (True, False):
+        (gc.enable if before else gc.disable)()
+        try:
+            with pytest.raises(KeyError), paused_gc():
+                assert not gc.isenabled()
+                raise KeyError
+            assert gc.isenabled() == before
+        finally:
+            gc.enable()

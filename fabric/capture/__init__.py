@@ -74,17 +74,19 @@ def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, 
     if not allow_oversubscribe:
         from fabric.capture.memory import check_fits, memory_plan
         check_fits(memory_plan(spec, plan, prof), prof, plan, spec)
-    if engine == "torch" and runtime == "eager":
-        if ep != 1:
-            raise ConfigError("--engine torch --runtime eager records a tensor-parallel shard: use --ep 1 (or the "
-                              "analytic engine's eager template, which handles expert parallelism)")
-        from fabric.capture.torch_engine import eager_graph
-        graph = eager_graph(spec, cfg, context, tp, batch=batch, seed=seed)
-    else:
-        graph = logical_graph(spec, cfg, context, engine, seed=seed, batch=batch)
+    if engine == "torch" and runtime == "eager" and ep != 1:
+        raise ConfigError("--engine torch --runtime eager records a tensor-parallel shard: use --ep 1 (or the "
+                          "analytic engine's eager template, which handles expert parallelism)")
     meta = dict(schema_version=1, model=name, model_config=cfg, tool=f"fabric-capture/{engine}",
                 tool_version=fabric.__version__)
-    tr = lower(graph, spec, plan, prof, meta)
+    if engine == "torch":
+        from fabric.capture.torch_engine import eager_graph, paused_gc
+        with paused_gc():
+            graph = (eager_graph(spec, cfg, context, tp, batch=batch, seed=seed) if runtime == "eager" else
+                     logical_graph(spec, cfg, context, engine, seed=seed, batch=batch))
+            tr = lower(graph, spec, plan, prof, meta)
+    else:
+        tr = lower(logical_graph(spec, cfg, context, engine, seed=seed, batch=batch), spec, plan, prof, meta)
     if replicas != 1:       # DP replicas of the whole (tp, ep) deployment: fabric.trace.replicate
         from fabric.trace import replicate
         tr = replicate(tr, replicas)

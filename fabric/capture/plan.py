@@ -229,8 +229,9 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
     launch = plan.launch or ("eager" if eager else None)
 
     def _key(op, t_shard, b, moe):
-        return (op.op, op.name if eager else "", op.style, tuple(sorted(op.dims.items())), t_shard, b,
-                None if moe is None else tuple(sorted(moe.items())))
+        # eager template kernels are named for their logical op; a recorded aten op's for the aten op in its dims
+        return (op.op, op.name if eager and op.op != "aten" else "", op.style, tuple(sorted(op.dims.items())),
+                t_shard, b, None if moe is None else tuple(sorted(moe.items())))
 
     def duration(op, t_shard, b, flops, nbytes, dtype, moe, count) -> float:
         if plan.cost_model == "roofline":

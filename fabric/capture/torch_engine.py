@@ -7,7 +7,10 @@
    module it ran in (global forward pre/post hooks keep the module stack).
    Routing is data dependent, which meta tensors cannot answer: the experts module's forward is replaced by one that
    asks the seeded routing oracle (fabric.capture.plan.route) which experts each token uses and then runs exactly
-   those experts' GEMMs on the real expert weight tensors.
+   those experts' GEMMs on the real expert weight tensors. Decoder layers of one kind (same modules, shapes and
+   settings) are recorded once and copied to the others (fabric.capture.torch_layers): the same recording with
+   fewer ops through the meta device's Python kernels (DeepSeek-R1: 452 instead of 12,118 for the fused graph, whose
+   recording runs one expert per MoE layer; 5,590 for the eager one, whose routed experts run in every layer).
 3. Fuse the recording as a serving engine does: q_a/kv_a projections into one GEMM, q/k/v and gate/up into one,
    the naive MLA (kv_b expanded over every cached token + SDPA) into weight absorption (W_UK, W_UV) around one MLA
    decode-attention kernel that reads the latent cache once, the per-expert GEMMs into grouped GEMMs, RoPE and the
@@ -24,7 +27,9 @@ inputs, outputs and aliasing, and every recorded aten op that launches a kernel 
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import gc
 import types
 from collections import defaultdict
 
@@ -41,6 +46,21 @@ MLA_TP_OVERRIDE = {
     "layers.*.self_attn.kv_b_proj": "colwise",
     "layers.*.self_attn.o_proj": "rowwise",
 }
+
+
+@contextlib.contextmanager
+def paused_gc():
+    """No cyclic garbage collection while torch and transformers import and a step is recorded and lowered: they
+    allocate ~0.6 M objects that live on, and the collections their allocation triggers walk them again and again
+    (~0.5 s of a DeepSeek-R1 TP64 capture). Reference counting frees as usual; the cycles left (the meta model's)
+    go at the collector's next run afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _import_torch():
@@ -123,33 +143,47 @@ def _detail(torch, op, args, out) -> dict:
                 outs=[(tuple(t.shape), t.element_size()) for t in outs], alias=alias)
 
 
-def record(spec: ModelSpec, config: dict, context: int, batch: int = 1, seed: int = 0, detail: bool = False):
+def record(spec: ModelSpec, config: dict, context: int, batch: int = 1, seed: int = 0, detail: bool = False,
+           routed: bool = True, share: bool = True):
     """Run one decode step of the real model on the meta device; returns (recorded ops, model config object), and
-    with detail=True a third item: per recorded op, its inputs, outputs and aliasing (fabric.capture.runtime)."""
+    with detail=True a third item: per recorded op, its inputs, outputs and aliasing (fabric.capture.runtime).
+
+    routed  True: each MoE layer runs the experts the routing oracle picks for its tokens; False: one expert over
+            all tokens (the fused graph reads the experts' shapes, not the routing, from the recording)
+    share   record each kind of decoder layer once and copy it to the others (fabric.capture.torch_layers); the
+            recording is the same either way, False runs every layer (the tests compare the two)"""
     torch, tf = _import_torch()
     conf, cls = _model_class(spec, config)
     with torch.device("meta"):
         model = cls(conf).to(torch.bfloat16)
-    names = {id(m): n for n, m in model.named_modules()}
+    modules = dict(model.named_modules())
+    names = {id(m): n for n, m in modules.items()}
     rec = _Recorder(torch)
     if detail:
         rec.detail = []
+    layers = None
 
     def fake_experts(self, hidden_states, top_k_index, top_k_weights):
         """Run only the experts the oracle routes to (meta tensors hold no routing values)."""
-        layer = int(names[id(self)].split(".")[2])
+        path = names[id(self)]
         n_tok, k = top_k_index.shape
-        choice = route(spec, layer, n_tok, seed)
+        if routed:
+            choice = route(spec, int(path.split(".")[2]), n_tok, seed)
+            hits = [(e, int((choice == e).any(axis=1).sum())) for e in sorted(set(choice.ravel().tolist()))]
+        else:
+            hits = [(0, n_tok)]
+        start = len(rec.ops)
         out = torch.zeros_like(hidden_states)
-        for e in sorted(set(choice.ravel().tolist())):
-            rows = int((choice == e).any(axis=1).sum())
+        for e, rows in hits:
             x = hidden_states[:rows]
             gate, up = torch.nn.functional.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
             y = torch.nn.functional.linear(self.act_fn(gate) * up, self.down_proj[e])
             out[:rows] += y
+        if layers is not None:
+            layers.experts_ran(path, start, (hidden_states, top_k_index, top_k_weights))
         return out
 
-    for n, m in model.named_modules():
+    for n, m in modules.items():
         if n.endswith("mlp.experts") and hasattr(m, "gate_up_proj"):
             m.forward = types.MethodType(fake_experts, m)
 
@@ -171,6 +205,12 @@ def record(spec: ModelSpec, config: dict, context: int, batch: int = 1, seed: in
             cache.update(k, v, i)
         ids = torch.zeros(batch, 1, dtype=torch.long)
         pos = torch.full((batch, 1), context, dtype=torch.long)
+    stack = getattr(getattr(model, "model", None), "layers", None)
+    cache_layers = getattr(cache, "layers", None)
+    if share and isinstance(stack, torch.nn.ModuleList) and cache_layers is not None \
+            and len(cache_layers) == len(stack) and names.get(id(stack)) == "model.layers":
+        from fabric.capture.torch_layers import LayerShare
+        layers = LayerShare(torch, list(stack), cache_layers, "model.layers.", modules, rec, routed)
     h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre)
     h2 = torch.nn.modules.module.register_module_forward_hook(post)
     try:
@@ -231,32 +271,30 @@ def eager_graph(spec: ModelSpec, config: dict, context: int, tp: int, batch: int
             continue
         kern.append(d)
 
-    def last(pred):
-        idx = [k for k, d in enumerate(kern) if pred(d["module"])]
-        return idx[-1] if idx else None
+    last_of, last_under = {}, {}     # the last kernel of each module; of each module or any module inside it
+    for k, d in enumerate(kern):
+        parts = d["module"].split(".")
+        last_of[d["module"]] = k
+        for j in range(1, len(parts) + 1):
+            last_under[".".join(parts[:j])] = k
 
     tp_plan = dict(getattr(conf, "base_model_tp_plan", None) or {})
     if spec.family == "mla_moe":
         tp_plan = {**MLA_TP_OVERRIDE, **tp_plan}
-    in_moe = lambda x: any(x == m or x.startswith(m + ".") for m in mlp_moe)  # noqa: E731
     # row-parallel modules outside MoE blocks (o_proj, down_proj, and whatever else the model's TP plan marks
     # rowwise, e.g. Phi's dense / fc2): their partial sums are all-reduced
-    rowwise = {d["module"] for d in kern if d["module"] and not in_moe(d["module"])
-               and _style(tp_plan, d["module"], "") == "rowwise"}
+    rowwise = {m for m in last_of if m and ".".join(m.split(".")[:4]) not in mlp_moe
+               and _style(tp_plan, m, "") == "rowwise"}
     reduce_at, gather_at = set(), set()
     if tp > 1:
-        reduce_at.add(last(lambda m: m == "model.embed_tokens"))
+        reduce_at.add(last_of.get("model.embed_tokens"))
         for i in range(spec.layers):
             p = f"model.layers.{i}"
-            reduce_at.add(last(lambda m: m == f"{p}.self_attn.o_proj"))
+            reduce_at.add(last_of.get(f"{p}.self_attn.o_proj"))
             m = f"{p}.mlp"
-            if m in mlp_moe:
-                reduce_at.add(last(lambda x: x == m or x.startswith(m + ".")))
-            else:
-                reduce_at.add(last(lambda x: x == f"{m}.down_proj"))
-        for mod in rowwise:
-            reduce_at.add(last(lambda x: x == mod))
-        gather_at.add(last(lambda m: m == "lm_head"))
+            reduce_at.add(last_under.get(m) if m in mlp_moe else last_of.get(f"{m}.down_proj"))
+        reduce_at.update(last_of[m] for m in rowwise)
+        gather_at.add(last_of.get("lm_head"))
     reduce_at.discard(None)
     gather_at.discard(None)
     out = []
@@ -312,7 +350,7 @@ def _style(plan: dict, module: str, default: str) -> str:
 
 
 def torch_graph(spec: ModelSpec, config: dict, context: int, batch: int = 1, seed: int = 0) -> list[LogicalOp]:
-    ops, conf = record(spec, config, context, batch=batch, seed=seed)
+    ops, conf = record(spec, config, context, batch=batch, seed=seed, routed=False)
     v = _View(ops)
     tp_plan = dict(getattr(conf, "base_model_tp_plan", None) or {})
     if spec.family == "mla_moe":
