@@ -338,7 +338,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     """Execute a task graph on the fabric. faults: transient (kind name, channel, n, k) tuples (see FAULTS);
     permanent: fault specs (fabric.faults; default cfg.faults, () for none); progress: called after every slice of
     `slice_events` events with (events, now_ps, fraction of tasks done); transfers=False leaves
-    RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M). fabric.migration runs a
+    RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M) and, without permanent faults,
+    lets the engine release each transfer's record once it is done (Engine retire_transfers). fabric.migration runs a
     step in segments: `migrate` takes the ranks a fault cuts off to spares (failover.Schedule), and the segment
     ends at their takeover (outcome "partition", faults["partitions"]); the next one gets the working channels
     (alive), the ranks out of service (retired) and where each rank's memory window lives now (rank_map)."""
@@ -359,8 +360,11 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     check_switch_legs(topo_arrays, graph_arrays)
     check_size(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
+    # no per-transfer table asked for and no permanent fault to rewind flows: transfer records are built as issued
+    # and released once done (1 M x 128 B for a decode step, 2 GB at 1024 ranks, down to those in flight)
     eng = kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
-                        xlate=xlate)
+                        xlate=xlate, retire_transfers=not transfers and not specs)
+    del kernel_graph, xlate           # host addresses (8 B a task) were copied per transfer
     schedule = Schedule(specs, topo, cfg, alive, retired, migrate) if specs else None
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))

@@ -90,7 +90,9 @@ def _replay_stages(case: str):
     sim.check_switch_legs(topo_arrays, graph_arrays)
     sim.check_size(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = sim.kernel_inputs(cfg, topo, graph_arrays)
-    eng = kernel.Engine(sim.kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate)
+    eng = kernel.Engine(sim.kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate,
+                        retire_transfers=True)       # as fabric-replay's sim.run(transfers=False)
+    del kernel_graph, xlate
     st["engine"], t = time.perf_counter() - t, time.perf_counter()
     while eng.run(max_events=2_000_000) == kernel.PAUSED:
         pass

@@ -168,6 +168,8 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
         rx.avail_B += pk.covers_B
         if not rx.queued and rx.carved_B < rx.avail_B:
             enqueue_xfer(s, xf.partner)
+        if xf.delivered_B == xf.total_B:       # every request is in: only the response flow is read from now
+            retire_xfer(s, pk.xfer)
     else:
         xf.delivered_B += pk.payload_B
         if xf.d_kind == 0:                     # the space is drained to memory: grant it back to the source
@@ -186,6 +188,7 @@ cdef int on_deliver(SimC* s, EventC* e) except -1 nogil:
                 wake_node(s, xf.d_dst)
         if xf.delivered_B == xf.total_B:
             finish_xfer(s, pk.xfer)
+            retire_xfer(s, pk.xfer)
     pkt_release(s, p)
     return 0
 

@@ -103,6 +103,8 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
             ax = &s.ax[x]
             src, dst, status, total_B = ax.src, ax.dst, ax.status, s.t_bytes[t]
         else:
+            if s.xf_lazy:
+                issue_record(s, t, x)
             xf = &s.xf[x]
             src, dst, status, total_B = xf.src, xf.dst, xf.status, xf.total_B
         when = s.now + s.issue_ps
@@ -116,6 +118,10 @@ cdef int start_task(SimC* s, int32_t t) except -1 nogil:
         else:                                      # addressed by rank: the flat translation cost
             when += s.xlate_ps
         if src == dst or status != 0:              # local, or Unsupported Request answered by the ingress port
+            if s.xf_lazy:                          # no packet will read its records
+                if xf.kind == 1:
+                    retire_xfer(s, xf.partner)
+                retire_xfer(s, x)
             return c_push(&s.heap, when, EV_TASK_DONE, -1, t, 0, 0)
         k = s.ln_inject_miss if missed else s.ln_inject
         if s.node_domain[src] != s.node_domain[dst]:           # a shadow window: forwarded to the owner's domain

@@ -8,6 +8,7 @@
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy, memmove
 from libc.math cimport log, log1p, expm1, ceil, INFINITY
+from posix.mman cimport madvise, MADV_DONTNEED
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, INT64_MAX
 cimport numpy as cnp
 import numpy as np
@@ -78,7 +79,7 @@ cdef class Engine:
 
     def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
                  int64_t lane_min_heap=64, bint skip_settled=True, int32_t replay_ring_slots=16,
-                 bint phy_countdown=True, dict xlate=None):
+                 bint phy_countdown=True, dict xlate=None, bint retire_transfers=False):
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays.
         event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone);
         lane_min_heap: events go to their lane only while the heap holds at least this many. Neither changes
@@ -90,7 +91,11 @@ cdef class Engine:
         phy_countdown: units that end before their channel's next injected flit fault and bit error skip the PHY's
         look (phy_unit); off, every unit gets it. Results are the same (tests/test_phy_countdown.py checks).
         xlate: every host domain's shadow-window table (fabric.address.kernel_tables), for transfers the graph
-        addresses (graph["host_addr"]); None: no table (every address is then an Unsupported Request)."""
+        addresses (graph["host_addr"]); None: no table (every address is then an Unsupported Request).
+        retire_transfers: (packet engine) build each transfer's record when its task is issued and release them, a
+        chunk at a time, once done: memory follows the transfers in flight (a decode step's layers), not all of
+        them (128 B each: 2 GB at 1024 ranks). Results are the same (tests/test_retire_transfers.py); transfers()
+        and permanent faults, which read every record, are then refused."""
         cdef SimC* s = &self.s
         setup_params(s, p, topo, analytic, skip_settled, phy_countdown, replay_ring_slots)
         setup_channels(s, self._keep, p, topo)
@@ -100,7 +105,7 @@ cdef class Engine:
         setup_tasks(s, self._keep, p, graph)
         setup_packets(s)
         setup_xlate(s, self._keep, p, xlate)
-        setup_transfers(s, self._keep, graph)
+        setup_transfers(s, self._keep, graph, retire_transfers)
 
     def add_fault(self, int kind, int ch, int64_t n, int64_t k=1):
         """Inject a deterministic fault (FAULT_* constants) on channel ch before run()."""
@@ -186,6 +191,9 @@ cdef class Engine:
     def _check_ch(self, int32_t ch):
         if self.s.analytic:
             raise ValueError("permanent faults need the packet engine (the analytic engine keeps no packets)")
+        if self.s.xf_lazy:
+            raise ValueError("permanent faults rewind transfers from their records: build the Engine with "
+                             "retire_transfers=False")
         if not 0 <= ch < self.s.n_ch:
             raise ValueError(f"channel {ch} does not exist (0..{self.s.n_ch - 1})")
 
@@ -301,11 +309,23 @@ cdef class Engine:
             out["down_until_ps"][i] = self.s.c[i].down_until
         return out
 
+    def transfer_records_held(self):
+        """Transfer records not yet released: with retire_transfers, those not done (0 once every transfer is);
+        without, all of them."""
+        cdef int64_t c, n = 0
+        if not self.s.xf_lazy:
+            return self.s.n_xf
+        for c in range((max(self.s.n_xf, 1) + XF_CHUNK - 1) // XF_CHUNK):
+            n += self.s.xf_live[c]
+        return n
+
     def transfers(self):
         """Per transfer: src, dst, bytes total/delivered, status (0 ok, 1 unsupported request), start ps."""
         cdef int32_t i
         cdef XferC* xf
         cdef AnXC* ax
+        if self.s.xf_lazy:
+            raise RuntimeError("this Engine released its transfer records (retire_transfers=True)")
         n = self.s.n_xf
         names = ("src", "dst", "total_B", "delivered_B", "status", "start_ps", "kind", "path")
         table = np.zeros((len(names), n), np.int64)

@@ -273,7 +273,6 @@ cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
     s.e2e_owed = <int64_t*>keep_full(keep, "e2e_owed", <int64_t>R * R, np.int64)
     s.e2e_quantum = max(int(p["e2e_window_B"]) // 4, 1)
     if s.analytic:
-        s.t_bytes = <int64_t*>keep_view(keep, "t_bytes", graph["nbytes"], np.int64)
         setup_analytic(s, keep)
     s.tasks_left = n
     return 0
@@ -336,72 +335,121 @@ cdef int setup_xlate(SimC* s, dict keep, dict p, dict xlate) except -1:
     return 0
 
 
-cdef int setup_transfers(SimC* s, dict keep, dict graph) except -1:
+cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire) except -1:
     """One XferC per transfer task, and for a load a second one, its response flow (data from the owner back to the
-    requester), after all the first ones; the task -> transfer map. An addressed transfer (graph["host_addr"] >= 0:
-    a host address in its issuer's domain) goes to the rank its issuer's shadow-window table maps that address to
-    (window_find), whatever its peer says; in no window, it is an Unsupported Request."""
-    cdef int32_t t, x, r, q, n_xf, extra, w, n_first = 0, n_loads = 0
-    cdef int64_t gaddr
-    cdef XferC scratch
-    cdef XferC* xf
-    cdef bint load
+    requester), after all the first ones; the task -> transfer map and each transfer's address. The records are
+    built here (init_transfer), or with retire (packet engine) when their task is issued, in chunks of XF_CHUNK
+    that are released once done (retire_xfer): what a record holds is a function of its task, so either way it is
+    the same."""
+    cdef int32_t t, x, n_xf, extra, n_first = 0, n_loads = 0, n_chunks, c
+    cdef size_t chunk_B = <size_t>XF_CHUNK * sizeof(XferC)
     # typed views of the task columns (no gathered copies): the loops below run once per task (18 M at 1024
     # ranks), in C
     cdef const int8_t[::1] kind = keep["t_kind"]
-    cdef const int8_t[::1] op = np.ascontiguousarray(graph["op"], np.int8)
-    cdef const int32_t[::1] rank = keep["t_rank"]
-    cdef const int32_t[::1] peer = np.ascontiguousarray(graph["peer"], np.int32)
-    cdef const int64_t[::1] nbytes = np.ascontiguousarray(graph["nbytes"], np.int64)
-    has_addr = graph.get("host_addr") is not None
+    s.t_op = <int8_t*>keep_view(keep, "t_op", graph["op"], np.int8)
+    s.t_peer = <int32_t*>keep_view(keep, "t_peer", graph["peer"], np.int32)
+    s.t_bytes = <int64_t*>keep_view(keep, "t_bytes", graph["nbytes"], np.int64)
+    cdef bint has_addr = graph.get("host_addr") is not None
     cdef const int64_t[::1] addr = np.ascontiguousarray(graph["host_addr"] if has_addr else np.zeros(1), np.int64)
     with nogil:
         for t in range(s.n_tasks):
             if kind[t] == T_TRANSFER:
                 n_first += 1
-                n_loads += op[t] == 1
+                n_loads += s.t_op[t] == 1
     n_xf = n_first + n_loads
     s.x_addr = <int64_t*>keep_full(keep, "x_addr", n_xf, np.int64, -1)
     s.n_xf = n_xf
+    s.n_first = n_first
+    s.n_loads = n_loads
+    s.xf_lazy = retire and not s.analytic
     if s.analytic:        # its compact records, each filled from a scratch XferC (the same set-up as the packets')
         s.ax = <AnXC*>aligned_alloc(64, <size_t>(max(n_xf, 1) + 1) // 2 * 2 * sizeof(AnXC))
         if s.ax == NULL:
             raise MemoryError("transfers")
+    elif s.xf_lazy:       # whole chunks, each on its own huge page, untouched until a record in it is built
+        n_chunks = (max(n_xf, 1) + XF_CHUNK - 1) // XF_CHUNK
+        s.xf = <XferC*>aligned_alloc(chunk_B, <size_t>n_chunks * chunk_B)
+        if s.xf == NULL:
+            raise MemoryError("transfers")
+        s.xf_live = <int32_t*>keep_full(keep, "xf_live", n_chunks, np.int32, XF_CHUNK)
+        s.xf_live[n_chunks - 1] = n_xf - (n_chunks - 1) * XF_CHUNK
+        s.load_x = <int32_t*>keep_full(keep, "load_x", n_loads, np.int32)
     else:
         s.xf = <XferC*>aligned_alloc(64, <size_t>max(n_xf, 1) * sizeof(XferC))    # one record = two cache lines
         if s.xf == NULL:
             raise MemoryError("transfers")
-        memset(s.xf, 0, <size_t>max(n_xf, 1) * sizeof(XferC))
     t_xfer = np.full(s.n_tasks, -1, np.int32)
     cdef int32_t[::1] t_xfer_v = t_xfer
     x = 0
     extra = n_first
-    for t in range(s.n_tasks):
-        if kind[t] != T_TRANSFER:
-            continue
-        r = rank[t]
-        q = peer[t]
-        if has_addr and addr[t] >= 0:
-            s.x_addr[x] = addr[t]
-            w = window_find(s, s.node_domain[r], addr[t], nbytes[t], &gaddr) if 0 <= r < s.n_ranks else -1
-            q = s.w_rank[w] if w >= 0 else -1
-        load = op[t] == 1
-        t_xfer_v[t] = x
-        xf = &scratch if s.analytic else &s.xf[x]
-        init_xfer(s, xf, x, r, q, nbytes[t], -1 if load else t, 1 if load else 0, 0, extra if load else -1)
-        if op[t] == 2 or op[t] == 3:
-            switch_leg(s, xf, op[t])
-        if s.analytic:
-            an_xfer(s, x, xf, t)
-        if load:    # the response flow: data from the owner back to the requester
-            xf = &scratch if s.analytic else &s.xf[extra]
-            init_xfer(s, xf, extra, q, r, nbytes[t], t, 2, 1, x)
-            if s.analytic:
-                an_xfer(s, extra, xf, t)
-            extra += 1
-        x += 1
+    with nogil:
+        for t in range(s.n_tasks):
+            if kind[t] != T_TRANSFER:
+                continue
+            t_xfer_v[t] = x
+            if has_addr and addr[t] >= 0:
+                s.x_addr[x] = addr[t]
+            if s.xf_lazy:
+                if s.t_op[t] == 1:
+                    s.load_x[extra - n_first] = x
+            else:
+                init_transfer(s, t, x, extra)
+            extra += s.t_op[t] == 1
+            x += 1
     s.t_xfer = <int32_t*>keep_view(keep, "t_xfer", t_xfer, np.int32)
     return 0
+
+
+cdef void init_transfer(SimC* s, int32_t t, int32_t x, int32_t extra) noexcept nogil:
+    """The record of transfer task t (transfer x) and, for a load, of its response flow (transfer extra). An
+    addressed transfer (x_addr >= 0: a host address in its issuer's domain) goes to the rank its issuer's
+    shadow-window table maps that address to (window_find), whatever its peer says; in no window, it is an
+    Unsupported Request."""
+    cdef XferC scratch
+    cdef XferC* xf
+    cdef int32_t r = s.t_rank[t], q = s.t_peer[t], w
+    cdef int64_t gaddr, nbytes = s.t_bytes[t]
+    cdef int8_t op = s.t_op[t]
+    cdef bint load = op == 1
+    if s.x_addr[x] >= 0:
+        w = window_find(s, s.node_domain[r], s.x_addr[x], nbytes, &gaddr) if 0 <= r < s.n_ranks else -1
+        q = s.w_rank[w] if w >= 0 else -1
+    xf = &scratch if s.analytic else &s.xf[x]
+    init_xfer(s, xf, x, r, q, nbytes, -1 if load else t, 1 if load else 0, 0, extra if load else -1)
+    if op == 2 or op == 3:
+        switch_leg(s, xf, op)
+    if s.analytic:
+        an_xfer(s, x, xf, t)
+    if load:    # the response flow: data from the owner back to the requester
+        xf = &scratch if s.analytic else &s.xf[extra]
+        init_xfer(s, xf, extra, q, r, nbytes, t, 2, 1, x)
+        if s.analytic:
+            an_xfer(s, extra, xf, t)
+
+
+cdef void issue_record(SimC* s, int32_t t, int32_t x) noexcept nogil:
+    """retire_transfers: build transfer x's record (a load's response flow too) as its task t is issued."""
+    cdef int32_t lo = 0, hi = s.n_loads, mid
+    if s.t_op[t] == 1:         # its response flow: n_first + its place among the loads (load_x is ascending)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if s.load_x[mid] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+    init_transfer(s, t, x, s.n_first + lo)
+
+
+cdef void retire_xfer(SimC* s, int32_t x) noexcept nogil:
+    """retire_transfers: transfer x is done and nothing reads its record again; once every record of its chunk is,
+    the chunk's pages go back to the system (madvise: they read as zeros if touched again)."""
+    cdef int32_t c
+    if not s.xf_lazy:
+        return
+    c = x // XF_CHUNK
+    s.xf_live[c] -= 1
+    if s.xf_live[c] == 0:
+        madvise(<char*>s.xf + <size_t>c * XF_CHUNK * sizeof(XferC), <size_t>XF_CHUNK * sizeof(XferC), MADV_DONTNEED)
 
 
 cdef void init_xfer(SimC* s, XferC* xf, int32_t x, int32_t src, int32_t dst, int64_t nbytes, int32_t task,

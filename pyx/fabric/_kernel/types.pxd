@@ -121,6 +121,8 @@ cdef struct PacketC:           # 64 B, pool 64 B aligned: one cache line per pac
 # 128 B, 64 B aligned: line 1 is what try_send's injection branch touches per packet carved, line 2 what on_deliver
 # touches per packet delivered (src, dst and kind are copied into it: immutable after setup), so each per-packet
 # access misses at most one line (an 80-96 B record straddles two).
+cdef enum:
+    XF_CHUNK = 16384           # records per chunk (2 MiB, a huge page) released at once when retire_transfers is on
 cdef struct XferC:
     # -- line 1: injection (carving packets at the source)
     int64_t avail_B            # bytes that may be carved so far (loads: as requests arrive)
@@ -400,6 +402,15 @@ cdef struct SimC:
     XferC* xf                      # transfers (flows): a load is two, its requests and its responses
     AnXC* ax                       # the analytic engine's transfers instead (xf is NULL then)
     int32_t n_xf
+    # ---- retire_transfers (Engine): a record is built when its task is issued and its chunk of XF_CHUNK records is
+    # released once all of them are done, so memory follows the transfers in flight, not the step's total
+    bint xf_lazy                   # records built at issue (init_transfer) and released (retire_xfer)
+    int32_t* xf_live               # per chunk: its records not yet done
+    int32_t n_first                # transfers that are a task's own; a load's response flows follow them
+    int32_t* load_x                # ascending: each load's first transfer (its response flow: n_first + index)
+    int32_t n_loads
+    int8_t* t_op                   # per task: a transfer's op (0 store, 1 load, 2/3 in-switch legs)
+    int32_t* t_peer                # per task: a transfer's peer
     int32_t* tags_free             # per rank
     int64_t* e2e_avail             # [src*R+dst] receive space dst has granted src and src has not used (B)
     int64_t* e2e_owed              # [src*R+dst] space dst has drained but not yet granted back (B)
@@ -430,7 +441,7 @@ cdef struct SimC:
     int32_t* t_next
     int32_t* work                  # stack of tasks that became ready (work[0]: how many)
     AnC* an                        # analytic engine: [ch] its port clock and constants (one line per channel)
-    int64_t* t_bytes               # analytic engine: [t] bytes task t's transfer moves (= its XferC.total_B)
+    int64_t* t_bytes               # analytic engine, retire_transfers: [t] bytes task t's transfer moves
     # ---- link counter sampling for timelines (sample.pxi); off: next_sample = INT64_MAX, one compare per event
     ps_t next_sample               # time of the next sample (INT64_MAX: sampling off)
     ps_t sample_ps                 # interval between samples (doubles each time the ring fills)
