@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("h5py")
 from click.testing import CliRunner  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from fabric import trace as T  # noqa: E402
 from fabric.capture import capture, chip_names, load_chip  # noqa: E402
@@ -264,3 +266,28 @@ def test_cli_capture(tmp_path):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 2, (args, res.output)
         assert res.output.startswith("error: ") and res.output.count("\n") == 1
+
+
+def _route_fresh(spec, layer, n, seed):
+    """route's draw from a new generator (what it returned before its draws were kept per layer)."""
+    rng = np.random.default_rng([seed, layer, 0x5EED])
+    per = spec.n_experts // max(spec.n_group, 1)
+    out = np.empty((n, spec.topk), np.int64)
+    for t in range(n):
+        groups = rng.choice(max(spec.n_group, 1), size=max(spec.topk_group, 1), replace=False)
+        out[t] = np.sort(rng.choice((groups[:, None] * per + np.arange(per)[None, :]).ravel(), size=spec.topk,
+                                    replace=False))
+    return out
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=5), st.integers(0, 3), st.integers(0, 2))
+def test_route_kept_draws_equal_a_fresh_draw_in_any_order(sizes, layer, seed):
+    from fabric.capture.plan import route
+    from fabric.capture.spec import builtin_config, spec_from_config
+    spec = spec_from_config(builtin_config("deepseek-r1"), "deepseek-r1")
+    for n in sizes:
+        got = route(spec, layer, n, seed)
+        assert np.array_equal(got, _route_fresh(spec, layer, n, seed))
+        got[...] = -1                   # the caller's copy: the kept draws are not touched
+    assert np.array_equal(route(spec, layer, max(sizes), seed), _route_fresh(spec, layer, max(sizes), seed))

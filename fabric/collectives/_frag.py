@@ -52,6 +52,7 @@ class FragBuilder:
         self.choice, self.view = choice, view
         self.stripe = True      # nccl-like: stripe a store over the choice's channels (rings stripe by channel)
         self._sw: dict = {}
+        self._net: np.ndarray | None = None     # crosses_all's table
         self.m = 0
         self._c: dict[str, list] = {k: [] for k in ("kind", "rank", "peer", "stream", "nbytes", "dur", "op",
                                                       "dst_buf", "dst_off", "length", "n_src", "src_buf",
@@ -140,9 +141,19 @@ class FragBuilder:
         return self._sw[key]
 
     def crosses_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """crosses of every pair (s[i], d[i]) (int arrays), each distinct pair asked once: calls carry the same few
-        pairs over and over (channels, slices)."""
-        return self._per_pair(self.crosses, s, d, bool)
+        """crosses of every pair (s[i], d[i]) (int arrays), each distinct pair asked once per builder: calls carry
+        the same few pairs over and over (channels, slices), so the answers are kept in an n x n table."""
+        s, d = np.asarray(s, np.int64), np.asarray(d, np.int64)
+        if len(s) and max(int(s.max()), int(d.max())) >= self.n:
+            return self._per_pair(self.crosses, s, d, bool)
+        if self._net is None:
+            self._net = np.full((self.n, self.n), -1, np.int8)     # -1: not asked yet
+        got = self._net[s, d]
+        new = got < 0
+        if new.any():
+            self._net[s[new], d[new]] = self._per_pair(self.crosses, s[new], d[new], bool)
+            got = self._net[s, d]
+        return got.astype(bool)
 
     def software_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
         """software_ns of every pair (s[i], d[i]), each distinct pair asked once."""

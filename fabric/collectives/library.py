@@ -188,6 +188,13 @@ class FabricView:
         from fabric.network import shared
         self.topo = shared(cfg) if topo is None else topo
         self._hop: dict = {}
+        self._memo: dict = {}
+
+    def memo(self, key: tuple, make):
+        """make(), once per key for this view (rings and domain groups are asked per call, channel and slice)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     def hop_ps(self, s: int, d: int, payload: int = 64) -> int:
         """Zero-load one-way latency of a `payload`-byte store s -> d (issue .. completion), as the latency probe
@@ -206,6 +213,9 @@ class FabricView:
         return self._hop[key]
 
     def crosses_nic(self, s: int, d: int) -> bool:
+        return self.memo(("nic", s, d), lambda: self._crosses_nic(s, d))
+
+    def _crosses_nic(self, s: int, d: int) -> bool:
         from fabric.topology import NIC
         t = self.topo
         chans = t.paths(s, d)[0]
@@ -278,6 +288,10 @@ def ring(view: FabricView | None, n: int, channel: int = 0) -> list[int]:
     channels cross between domains on different rails, as NCCL's channels do."""
     if view is None or n > view.topo.n_ranks or n <= 2:
         return list(range(n))
+    return list(view.memo(("ring", n, channel), lambda: _ring(view, n, channel)))
+
+
+def _ring(view: FabricView, n: int, channel: int) -> list[int]:
     from fabric.topology import ring_order
     base = [int(r) for r in ring_order(view.topo, list(range(n)))]
     if channel == 0 or _domains(view, n) is None:   # shift only where NIC rails join the domains
@@ -300,8 +314,10 @@ def _ring_hops(view: FabricView, n: int):
 
 def _domains(view: FabricView, n: int):
     """(domains N, ranks per domain g) when ranks 0..n-1 form >= 2 equal domains of >= 2 that a NIC joins."""
-    groups = _nic_joined(view, domain_groups(view.topo, n, 2))
-    return None if groups is None else (len(groups), len(groups[0]))
+    def make():
+        groups = _nic_joined(view, domain_groups(view.topo, n, 2))
+        return None if groups is None else (len(groups), len(groups[0]))
+    return view.memo(("domains", n), make)
 
 
 def tree_groups(view: FabricView, n: int):

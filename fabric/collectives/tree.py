@@ -124,7 +124,6 @@ def allreduce(fb, ready, nbytes):
     lrank = np.repeat(np.arange(n), C)
     lchan = np.tile(np.arange(C), n)
     ready = np.asarray(ready, np.int64)
-    ready_l, lrank_l = ready.tolist(), lrank.tolist()
     cb = bounds(M, C)
     clen = cb[1:] - cb[:-1]
 
@@ -148,23 +147,27 @@ def allreduce(fb, ready, nbytes):
     # the rank's rate is rate / count scaled by (K + depth) / K, so that a rank's chains of one kind together move
     # their bytes at the rank's rate over the phase (the closed form's perfectly pipelined 2M / Rintra)
     busy = K / (K + int(depth.max()))
-    rate: dict = {}
+    rate = np.full((n, 2), np.nan)                     # (rank, crosses NIC) -> ps per byte
     for (lane, ph, net), d in chains.items():
         r = int(lrank[lane])
-        if (r, net) not in rate:
+        if np.isnan(rate[r, int(net)]):
             share = inject_gbps(fb.view, fb.protocol, r, d) / (count[r, net] * busy)
-            rate[r, net] = 1000.0 / share                                               # ps per byte
-    tails: dict = {}
+            rate[r, int(net)] = 1000.0 / share
+    tails = np.full((n, n), -1, np.int64)              # (src, dst) -> the tail's ps, asked once per pair
 
-    def tail_ps(s, d):
-        if (s, d) not in tails:
+    def tail_ps(src, dst):
+        new = tails[src, dst] < 0
+        for s, d in zip(src[new].tolist(), dst[new].tolist()):
             t = fb.view.hop_ps(s, d, 1) / 1000.0 + (fb.software_ns(s, d) if fb.crosses(s, d) else 0.0)
             tails[s, d] = int(round(t * 1000.0))
-        return tails[s, d]
+        return tails[src, dst]
 
-    last_pace: dict = {}
-    sent: dict = {}                       # (lane, phase) -> landed ids per send, in order
-    last_wait: dict = {}                  # (lane, phase, slot) -> the previous wait of that receive sequence
+    # per-sequence state as arrays indexed by lane (a call's sends, or waits, are of distinct lanes, so one
+    # vectorised step per call keeps each sequence's order): -1 = none yet
+    last_pace = np.full((L, 2, 2), -1, np.int64)      # (lane, phase, crosses NIC) -> the previous pace
+    window = np.full((L, 2, max(depth_fc, 1)), -1, np.int64)   # (lane, phase) -> its last depth_fc landed ids
+    n_sent = np.zeros((L, 2), np.int64)                # (lane, phase) -> sends so far
+    last_wait = np.full((L, 2, 3), -1, np.int64)      # (lane, phase, slot) -> the previous wait of that receive
 
     def make(lanes, dst, nbyte, src_buf, src_off, dst_buf, dst_off):
         """The stores lane -> dst of one slice and phase, created together in lane order (so that the flows of a
@@ -174,48 +177,42 @@ def allreduce(fb, ready, nbytes):
         src = lrank[lanes]
         issue, seen = fb.xfer(src, dst, nbyte, src_buf, src_off, dst_buf, dst_off)
         landed = fb.landed
-        sl, dl = src.tolist(), np.asarray(dst).tolist()
-        net = fb.crosses_all(src, dl).tolist()
-        dur = np.array([int(round(b * rate[s, x])) for s, b, x in zip(sl, np.asarray(nbyte).tolist(), net)],
-                       np.int64)
+        dst = np.asarray(dst, np.int64)
+        net = fb.crosses_all(src, dst).astype(np.int64)
+        # np.rint rounds half to even, as round() does
+        dur = np.rint(np.asarray(nbyte, np.int64) * rate[src, net]).astype(np.int64)
         pace = fb._add(COMPUTE, src, stream=-1, dur=dur)
-        tl = fb._add(COMPUTE, dst, stream=-1, dur=np.array([tail_ps(s, d) for s, d in zip(sl, dl)], np.int64))
+        tl = fb._add(COMPUTE, dst, stream=-1, dur=tail_ps(src, dst))
         fb.edge(pace, tl)
-        # wire's per-send loop reads Python lists: a numpy scalar per element costs more than the work
-        return dict(issue=issue, seen=seen, pace=pace, tail=tl, lanes_l=lanes.tolist(), net_l=net,
-                    issue_l=issue.tolist(), pace_l=pace.tolist(), landed_l=landed.tolist())
+        return dict(issue=issue, seen=seen, pace=pace, tail=tl, lanes=np.asarray(lanes), net=net, landed=landed)
 
     def wire(S, idx, after, phase):
-        """Sends idx of S start after `after` (their data), in their lane's copy-loop and window sequences."""
+        """Sends idx of S (distinct lanes) start after `after` (their data), in their lane's copy-loop and window
+        sequences."""
         fb.edge(after, S["issue"][idx])
         fb.edge(after, S["pace"][idx])
-        lanes, net, pace, issue, landed = S["lanes_l"], S["net_l"], S["pace_l"], S["issue_l"], S["landed_l"]
-        pred, succ = [], []
-        for i in np.atleast_1d(idx).tolist():
-            lane = lanes[i]
-            key = (lane, phase, net[i])
-            if key in last_pace:
-                pred.append(last_pace[key])
-                succ.append(pace[i])
-            last_pace[key] = pace[i]
-            hist = sent.setdefault((lane, phase), [])
-            if len(hist) >= depth_fc:
-                pred.append(hist[-depth_fc])
-                succ.append(issue[i])
-            hist.append(landed[i])
-        fb.edge(np.array(pred, np.int64), np.array(succ, np.int64))
+        idx = np.atleast_1d(idx)
+        lanes, net, pace, issue = S["lanes"][idx], S["net"][idx], S["pace"][idx], S["issue"][idx]
+        prev = last_pace[lanes, phase, net]
+        has = prev >= 0
+        fb.edge(prev[has], pace[has])
+        last_pace[lanes, phase, net] = pace
+        cnt = n_sent[lanes, phase]
+        slot = cnt % window.shape[2]
+        full = cnt >= depth_fc
+        fb.edge(window[lanes, phase, slot][full], issue[full])
+        window[lanes, phase, slot] = S["landed"][idx]
+        n_sent[lanes, phase] = cnt + 1
 
     def recv(lanes, src, seen, tl, k, phase, slt):
         """The wait of each receiving lane for one incoming slice (pays the hop's software on slice 0)."""
         w = fb.wait(lrank[lanes], src=src, pay=(k == 0))
         fb.edge(seen, w)
         fb.edge(tl, w)
-        prev = []
-        for lane, s, wi in zip(lanes.tolist(), np.asarray(slt).tolist(), w.tolist()):
-            key = (lane, phase, s)
-            prev.append(last_wait.get(key, ready_l[lrank_l[lane]]))
-            last_wait[key] = wi
-        fb.edge(np.array(prev, np.int64), w)
+        slt = np.asarray(slt)
+        prev = last_wait[lanes, phase, slt]
+        fb.edge(np.where(prev >= 0, prev, ready[lrank[lanes]]), w)
+        last_wait[lanes, phase, slt] = w
         return w
 
     maxd = int(depth.max())
@@ -273,11 +270,11 @@ def allreduce(fb, ready, nbytes):
                 have[kl] = recv(kl, lrank[grp], D["seen"][q], D["tail"][q], k, 1, np.zeros(len(kl), np.int64))
         for lane in range(L):
             final[int(lrank[lane])].append(int(have[lane]))
-    for key, p in last_pace.items():
-        final[int(lrank[key[0]])].append(p)
     out = fb.join(np.arange(n))
     for r in range(n):
         fb.edge(np.asarray(final[r], np.int64), out[r])
+    paced = np.flatnonzero(last_pace.ravel() >= 0)      # every copy loop's last pace
+    fb.edge(last_pace.ravel()[paced], out[lrank[paced // 4]])
     fb.need(BUF_IN, M)
     fb.need(BUF_OUT, M)
     fb.need(BUF_TMP, 3 * M)
