@@ -333,6 +333,23 @@ def check_switch_legs(topo: dict, graph: dict) -> None:
 _recorder: list | None = None   # fabric.timeline.recording(): runs append their record here, with link samples
 
 
+def make_engine(cfg: FabricConfig, topo, graph, engine: str = "packet", *, retire_transfers: bool = False,
+                rank_map=None):
+    """The kernel Engine that `run` drives, after the checks a run needs (VC levels, switch legs, size); the task
+    graph's host addresses are translated (kernel_inputs) and dropped once the engine has copied them."""
+    topo_arrays = as_arrays(topo)
+    need = 2 * int(topo_arrays["vc_levels"])
+    if cfg.link.vcs < need:
+        raise ConfigError(f"link.vcs={cfg.link.vcs} is too few for this routing: 2 traffic classes x "
+                          f"{topo_arrays['vc_levels']} VC levels need link.vcs >= {need}")
+    graph_arrays = as_arrays(graph)
+    check_switch_legs(topo_arrays, graph_arrays)
+    check_size(cfg, topo_arrays, graph_arrays, engine)
+    kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
+    return kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
+                         xlate=xlate, retire_transfers=retire_transfers)
+
+
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
         slice_events: int = 2_000_000, raise_on_stuck: bool = True, transfers: bool = True,
         permanent=None, alive=None, retired=(), rank_map=None, migrate=None) -> RunResult:
@@ -351,21 +368,10 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     specs = parse_all(cfg.faults if permanent is None else permanent)
     if specs and engine != "packet":
         raise ConfigError("permanent faults (--fault, [[faults]]) need the packet engine; drop --engine analytic")
-    topo_arrays = as_arrays(topo)
-    need = 2 * int(topo_arrays["vc_levels"])
-    if cfg.link.vcs < need:
-        raise ConfigError(f"link.vcs={cfg.link.vcs} is too few for this routing: 2 traffic classes x "
-                          f"{topo_arrays['vc_levels']} VC levels need link.vcs >= {need}")
-    graph_arrays = as_arrays(graph)
-    n_tasks = len(graph_arrays["kind"])
-    check_switch_legs(topo_arrays, graph_arrays)
-    check_size(cfg, topo_arrays, graph_arrays, engine)
-    kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
+    n_tasks = len(as_arrays(graph)["kind"])
     # no per-transfer table asked for and no permanent fault to rewind flows: transfer records are built as issued
     # and released once done (1 M x 128 B for a decode step, 2 GB at 1024 ranks, down to those in flight)
-    eng = kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
-                        xlate=xlate, retire_transfers=not transfers and not specs)
-    del kernel_graph, xlate           # host addresses (8 B a task) were copied per transfer
+    eng = make_engine(cfg, topo, graph, engine, retire_transfers=not transfers and not specs, rank_map=rank_map)
     schedule = Schedule(specs, topo, cfg, alive, retired, migrate) if specs else None
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))

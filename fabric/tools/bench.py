@@ -70,7 +70,7 @@ def _replay_stages(case: str):
     from fabric._check_build import kernel
     from fabric.config import load_config
     from fabric.lower import lower
-    from fabric.network import build
+    from fabric.network import shared
     from fabric.report import collective_summary, link_summary, step_summary, task_layers
     engine = "analytic" if case.endswith("-analytic") else "packet"
     big = case.startswith("replay-1024")
@@ -82,17 +82,11 @@ def _replay_stages(case: str):
         tr = tracemod.read(str(tracemod.default_trace_path()))
     st["read"], t = time.perf_counter() - t, time.perf_counter()
     cfg = load_config(preset="sd200-1024" if big else "sd200")
-    topo = build(cfg)
+    topo = shared(cfg)            # as fabric-replay: lowering's auto tiers and kernel_params reuse it
     st["topology"], t = time.perf_counter() - t, time.perf_counter()
     graph = lower(tr, cfg)
     st["lower"], t = time.perf_counter() - t, time.perf_counter()
-    topo_arrays, graph_arrays = sim.as_arrays(topo), sim.as_arrays(graph)     # sim.run's set-up, step by step
-    sim.check_switch_legs(topo_arrays, graph_arrays)
-    sim.check_size(cfg, topo_arrays, graph_arrays, engine)
-    kernel_graph, xlate = sim.kernel_inputs(cfg, topo, graph_arrays)
-    eng = kernel.Engine(sim.kernel_params(cfg, topo), topo_arrays, kernel_graph, engine == "analytic", xlate=xlate,
-                        retire_transfers=True)       # as fabric-replay's sim.run(transfers=False)
-    del kernel_graph, xlate
+    eng = sim.make_engine(cfg, topo, graph, engine, retire_transfers=True)  # as fabric-replay: run(transfers=False)
     st["engine"], t = time.perf_counter() - t, time.perf_counter()
     while eng.run(max_events=2_000_000) == kernel.PAUSED:
         pass
