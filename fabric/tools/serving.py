@@ -7,8 +7,8 @@
 Every experiment captures in memory (analytic capture engine, fabric.capture) and replays with the analytic replay
 engine by default (about 0.5 s per step on the 64-rank preset; `engine="packet"` for the packet engine). Kernel
 costs: the chip profile's default model (the shape-aware model of `sd200-accelerator`, whose per-kernel launch cost
-is calibrated on the published 8.9 ms TPOT: docs/calibration.md), runtime fused (what the SD200 stack runs). None of these
-functions reads a published value; `PUBLISHED` is there for the caller that judges the rows.
+is calibrated on the published 8.9 ms TPOT: docs/calibration.md), runtime fused (what the SD200 stack runs). None of
+these functions reads a published value; `PUBLISHED` is there for the caller that judges the rows.
 
 The analytic replay engine underestimates the two-shot all-reduces of batches 8-32 (17 us against the packet
 engine's 49 us for 458 KB), so the batch sweep's exposed communication there is low; docs/compute-model.md
