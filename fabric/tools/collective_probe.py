@@ -84,7 +84,7 @@ def probe_collective(cfg: FabricConfig, op: str, nbytes: int, *, algorithm: str 
     frag = collectives.build(op, algo, int(nbytes), n, cfg, semantics=False,
                              **({"choice": choice} if choice is not None else {}))
     graph = frag.to_graph(n_ranks=topo.n_ranks, label=f"{op} {nbytes} B")
-    res = sim.run(cfg, topo, graph, engine=engine)
+    res = sim.run(cfg, topo, graph, engine=engine, transfers=False)     # no per-transfer table: only task times
     t_ps = int(res.task_end_ps[np.asarray(frag.done)].max() - res.task_start_ps.min())
     time_us = t_ps / 1e6
     algbw = nbytes / (t_ps / 1e3) if t_ps > 0 else 0.0     # B/ns == GB/s

@@ -43,13 +43,15 @@ def _cfg(n_ranks: int, preset: str = PRESET, overrides: dict | None = None):
 
 
 def replay_trace(tr, cfg, engine: str = ENGINE) -> dict:
-    """TPOT and the compute / exposed-communication split of one decode step (as fabric.replay, from a Trace)."""
+    """TPOT and the compute / exposed-communication split of one decode step (as fabric.replay, from a Trace), on
+    the network cfg describes as the lowering's library tuner and flow control see it (fabric.network.shared: built
+    once per config and process, not again for each step)."""
     from fabric import sim
     from fabric.lower import lower
-    from fabric.network import build
+    from fabric.network import shared
     from fabric.report import step_summary
     graph = lower(tr, cfg)
-    res = sim.run(cfg, build(cfg), graph, engine=engine, transfers=False)
+    res = sim.run(cfg, shared(cfg), graph, engine=engine, transfers=False)
     s = step_summary(graph, res.task_start_ps, res.task_end_ps)
     return dict(tpot_us=s["step_us"], compute_us=s["compute_us"], comm_us=s["exposed_comm_us"],
                 comm_fraction=s["comm_fraction"], wall_s=res.wall_s)
@@ -59,7 +61,8 @@ def step(tp: int, *, batch: int = 1, context: int = 4096, weight_dtype: str = "b
          engine: str = ENGINE, cfg=None, model: str = MODEL, **capture_kw) -> dict:
     """Capture one decode step (analytic capture engine) and replay it: TPOT, compute and exposed communication."""
     from fabric.capture import capture
-    tr = capture(model, tp=tp, batch=batch, context=context, chip=chip, weight_dtype=weight_dtype, **capture_kw)
+    tr = capture(model, tp=tp, batch=batch, context=context, chip=_chip(chip), weight_dtype=weight_dtype,
+                 **capture_kw)
     cfg = cfg if cfg is not None else _cfg(tr.n_ranks)
     r = replay_trace(tr, cfg, engine)
     return dict(ranks=tr.n_ranks, tp=tp, batch=batch, context=context, weight_dtype=weight_dtype,
@@ -76,13 +79,27 @@ def memory(tp: int, *, batch: int = 1, context: int = 4096, weight_dtype: str = 
 
 @functools.lru_cache(maxsize=256)
 def _memory(tp: int, batch: int, context: int, weight_dtype: str, chip: str, model: str) -> dict:
-    """memory's plan, once per process (~20 ms each; max_batch's bisections and the experiments ask again)."""
-    from fabric.capture import Plan, load_chip, resolve_model
+    """memory's plan, once per process (~5 ms each; max_batch's bisections and the experiments ask again)."""
+    from fabric.capture import Plan
     from fabric.capture.memory import memory_plan
+    return memory_plan(_spec(model), Plan(tp=tp, batch=batch, context=context, weight_dtype=weight_dtype),
+                       _chip(chip))
+
+
+@functools.lru_cache(maxsize=8)
+def _spec(model: str):
+    """A built-in model's ModelSpec (frozen), parsed once per process: ~50 memory plans and 16 steps ask for it."""
+    from fabric.capture import resolve_model
     from fabric.capture.spec import spec_from_config
     name, cfg = resolve_model(model)
-    spec = spec_from_config(cfg, name)
-    return memory_plan(spec, Plan(tp=tp, batch=batch, context=context, weight_dtype=weight_dtype), load_chip(chip))
+    return spec_from_config(cfg, name)
+
+
+@functools.lru_cache(maxsize=8)
+def _chip(chip: str):
+    """A chip profile (frozen ChipProfile) by name, its TOML parsed once per process, not per plan and step."""
+    from fabric.capture import load_chip
+    return load_chip(chip)
 
 
 def fitting_dtype(tp: int, *, batch: int = 1, context: int = 4096, chip: str = CHIP, model: str = MODEL) \

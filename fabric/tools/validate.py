@@ -72,6 +72,13 @@ def shipped_trace():
     return tracemod.read(str(tracemod.default_trace_path()))
 
 
+@functools.lru_cache(maxsize=1)
+def _shipped():
+    """The shipped trace, read once per process for the replays of `validate` (figure 1 and eight sensitivity
+    points), which only read it; `validate` reads it before its pool forks, so the workers inherit it."""
+    return shipped_trace()
+
+
 def recapture(per_kernel_ns: float | None = None, chip: str = "sd200-accelerator"):
     """The shipped trace's capture (DeepSeek-R1, TP64, batch 1, context 4096, analytic capture engine), redone in
     memory on `chip` with its per-kernel fixed cost (ChipProfile.per_kernel_ns) replaced: the documented path to
@@ -143,7 +150,7 @@ def _experiment(what: str, *args):
     """One independent run of `validate`, by name (a module-level function: it runs in a pool worker)."""
     _reuse_heap()
     if what == "replay":
-        return replay_trace(shipped_trace(), load_config("sd200"), "packet")
+        return replay_trace(_shipped(), load_config("sd200"), "packet")
     if what == "link":
         return link_efficiency(load_config("link"))
     if what == "latency":
@@ -162,6 +169,16 @@ def _experiment(what: str, *args):
     if what == "sensitivity":
         return _sensitivity_point(*args)
     raise ValueError(what)
+
+
+def _before_fork(todo: list[tuple]) -> None:
+    """What many runs read, made once here before the pool forks (its workers inherit it, instead of each making
+    its own): the shipped trace, and the modules every decode-step replay imports (lowering, the report)."""
+    if any(r[0] in ("replay", "sensitivity") for r in todo):
+        _shipped()
+    if any(r[0] in ("replay", "sensitivity", "step") for r in todo):
+        import fabric.lower     # noqa: F401
+        import fabric.report    # noqa: F401
 
 
 def _reuse_heap() -> None:
@@ -235,6 +252,7 @@ def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic",
     progress() is called once per finished run."""
     t0 = time.perf_counter()
     todo = runs(sweep_engine, calibration_engine, calibration, serving, sensitivity)
+    _before_fork(todo)
     out = dict(zip(todo, pool.pmap(_experiment, todo, jobs, progress)))
     rep = out[("replay",)]
     rows = [
@@ -473,12 +491,12 @@ def _sensitivity_point(key: str | None, v, engine: str) -> tuple[float, float | 
     flow-control warning about the varied value is not printed: the value is the experiment's, not the user's."""
     sd = load_config("sd200")
     if key is None:
-        return replay_trace(shipped_trace(), sd, engine)["tpot_us"], allreduce_us(sd, AR_BYTES, "packet")[0]
+        return replay_trace(_shipped(), sd, engine)["tpot_us"], allreduce_us(sd, AR_BYTES, "packet")[0]
     if key == "chip.per_kernel_ns":
         return replay_trace(recapture(v), sd, engine)["tpot_us"], None   # fragments do not use the chip profile
     cfg = load_config("sd200", overrides={key: v})
     with sim.no_warnings():
-        return replay_trace(shipped_trace(), cfg, engine)["tpot_us"], allreduce_us(cfg, AR_BYTES, "packet")[0]
+        return replay_trace(_shipped(), cfg, engine)["tpot_us"], allreduce_us(cfg, AR_BYTES, "packet")[0]
 
 
 def _sensitivity_plan(factors=(0.5, 1.5)) -> tuple[list[dict], list[tuple]]:
