@@ -26,6 +26,43 @@ def test_tpot_analytic_golden(sd):
     assert r["comm_fraction"] < 0.10                      # figure 2 holds on the fast engine too
 
 
+def _digest(obj) -> str:
+    """sha256 of every array and scalar reachable from a dataclass / dict / list (a Trace, a Topology)."""
+    import dataclasses
+    import hashlib
+
+    import numpy as np
+    h = hashlib.sha256()
+
+    def walk(x):
+        if dataclasses.is_dataclass(x):
+            x = vars(x)
+        if isinstance(x, dict):
+            for k in sorted(x, key=str):
+                h.update(str(k).encode())
+                walk(x[k])
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+        elif isinstance(x, np.ndarray):
+            h.update(str(x.dtype).encode() + np.ascontiguousarray(x).tobytes())
+        else:
+            h.update(repr(x).encode())
+    walk(obj)
+    return h.hexdigest()
+
+
+def test_replays_leave_the_shared_trace_and_network_as_they_were(sd):
+    """validate reads the shipped trace once per process (its workers inherit it) and replays on the shared network:
+    a replay must read both, never write them, or the next run on the same objects would differ."""
+    from fabric.network import shared
+    tr, topo = V._shipped(), shared(sd)
+    before = _digest(tr), _digest(topo)
+    first = V.replay_trace(tr, sd, "analytic")
+    assert (_digest(tr), _digest(topo)) == before
+    assert V.replay_trace(V.shipped_trace(), sd, "analytic")["tpot_us"] == first["tpot_us"]
+
+
 def test_allreduce_14k_golden(sd):
     """Figure 3: the unoptimised baseline is the nccl-like library (was an ad-hoc ring set: 146.0 us, HD 21.8 us)."""
     opt, a = V.allreduce_us(sd, V.AR_BYTES)
