@@ -1,7 +1,70 @@
 # ================================================================== graph: task-graph construction for taskgraph.py
-# What fabric/taskgraph.py's GraphBuilder.build does once per edge (34 M edges for a 1024-rank decode step), in C.
-# Pure functions of numpy arrays, used before any Engine exists (no SimC): the CSR of the edges, and the size of
-# the transfers for fabric/sim.py's estimate.
+# What fabric/taskgraph.py's GraphBuilder.build does once per task or edge (18 M tasks, 34 M edges for a 1024-rank
+# decode step), in C. Pure functions of numpy arrays, used before any Engine exists (no SimC): the task columns of
+# stamped fragments, the CSR of the edges, and the size of the transfers for fabric/sim.py's estimate.
+
+def stamp_fragment(tuple cols, int64_t lo, f_kind_a, f_rank_a, f_peer_a, f_stream_a, f_nbytes_a, f_dur_a, f_op_a,
+                   f_apeer_a, f_aoff_a, ranks_a, streams_a, int64_t cid0, int64_t window):
+    """Write m copies of a fragment of nt tasks over n group positions into the graph's columns `cols` (kind,
+    rank, peer, stream, nbytes, duration_ps, op, coll, src_op, addr: taskgraph's column order and dtypes), copy i at
+    tasks lo + i nt ...: in one pass, no per-column temporaries. Copy i runs on the global ranks ranks[i, :] (int32
+    [m, n]) with its members' streams streams[i, :]: a task's rank is ranks[i, f_rank], its peer ranks[i, f_peer]
+    (-1 where f_peer < 0), its stream streams[i, f_rank] (-1 where f_stream < 0), its collective cid0 + i, src_op -1,
+    its address ranks[i, f_apeer] * window + f_aoff (global_addresses with the peer's window added; -1 where
+    f_apeer < 0; int64 arithmetic wraps as numpy's does); kind, nbytes, duration_ps and op are the fragment's.
+    ValueError if a position is outside 0..n-1 or the columns are too short."""
+    cdef int8_t[::1] kind = cols[0]
+    cdef int32_t[::1] rank = cols[1]
+    cdef int32_t[::1] peer = cols[2]
+    cdef int32_t[::1] stream = cols[3]
+    cdef int64_t[::1] nbytes = cols[4]
+    cdef int64_t[::1] dur = cols[5]
+    cdef int8_t[::1] op = cols[6]
+    cdef int32_t[::1] coll = cols[7]
+    cdef int64_t[::1] src_op = cols[8]
+    cdef int64_t[::1] addr = cols[9]
+    cdef const int8_t[::1] fk = np.ascontiguousarray(f_kind_a, np.int8)
+    cdef const int32_t[::1] fr = np.ascontiguousarray(f_rank_a, np.int32)
+    cdef const int32_t[::1] fp = np.ascontiguousarray(f_peer_a, np.int32)
+    cdef const int32_t[::1] fs = np.ascontiguousarray(f_stream_a, np.int32)
+    cdef const int64_t[::1] fb = np.ascontiguousarray(f_nbytes_a, np.int64)
+    cdef const int64_t[::1] fd = np.ascontiguousarray(f_dur_a, np.int64)
+    cdef const int8_t[::1] fo = np.ascontiguousarray(f_op_a, np.int8)
+    cdef const int32_t[::1] fap = np.ascontiguousarray(f_apeer_a, np.int32)
+    cdef const int64_t[::1] fao = np.ascontiguousarray(f_aoff_a, np.int64)
+    cdef const int32_t[:, ::1] rk = np.ascontiguousarray(ranks_a, np.int32)
+    cdef const int32_t[:, ::1] st = np.ascontiguousarray(streams_a, np.int32)
+    cdef int64_t m = rk.shape[0], n = rk.shape[1], nt = fk.shape[0], i, j, t
+    cdef int32_t c
+    if st.shape[0] != m or st.shape[1] != n:
+        raise ValueError(f"streams are {st.shape[0]}x{st.shape[1]}, ranks {m}x{n}")
+    if {fr.shape[0], fp.shape[0], fs.shape[0], fb.shape[0], fd.shape[0], fo.shape[0], fap.shape[0],
+            fao.shape[0]} != {nt}:
+        raise ValueError(f"the fragment's columns are not all {nt} tasks long")
+    if nt == 0 or m == 0:
+        return
+    if lo < 0 or lo + m * nt > min(kind.shape[0], rank.shape[0], peer.shape[0], stream.shape[0], nbytes.shape[0],
+                                   dur.shape[0], op.shape[0], coll.shape[0], src_op.shape[0], addr.shape[0]):
+        raise ValueError(f"tasks {lo}..{lo + m * nt - 1} do not fit the graph's columns")
+    for j in range(nt):
+        if not (0 <= fr[j] < n and fp[j] < n and fap[j] < n):
+            raise ValueError(f"fragment task {j} names a group position outside 0..{n - 1}")
+    with nogil:
+        for i in range(m):
+            t = lo + i * nt
+            c = <int32_t>(cid0 + i)
+            memcpy(&kind[t], &fk[0], nt)
+            memcpy(&nbytes[t], &fb[0], nt * sizeof(int64_t))
+            memcpy(&dur[t], &fd[0], nt * sizeof(int64_t))
+            memcpy(&op[t], &fo[0], nt)
+            for j in range(nt):
+                rank[t + j] = rk[i, fr[j]]
+                peer[t + j] = rk[i, fp[j]] if fp[j] >= 0 else -1
+                stream[t + j] = st[i, fr[j]] if fs[j] >= 0 else -1
+                coll[t + j] = c
+                src_op[t + j] = -1
+                addr[t + j] = <int64_t>(<uint64_t>rk[i, fap[j]] * <uint64_t>window + <uint64_t>fao[j]) \
+                    if fap[j] >= 0 else -1
 
 cdef int edge_block(tuple blk, int64_t n, int64_t[::1] ptr, int32_t[::1] deps, int32_t[::1] idx,
                     bint fill) except -1:
