@@ -31,6 +31,7 @@ import ctypes
 import numpy as np
 
 from fabric import collectives
+from fabric._check_build import kernel
 from fabric.errors import TraceError
 from fabric.phy import PS_PER_NS
 from fabric.taskgraph import COMPUTE, GraphBuilder, TaskGraph
@@ -221,22 +222,15 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
         j = int(np.flatnonzero(entry < 0)[0])
         raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: unknown op kind {int(kind[j])}")
 
-    # ---- dependencies between ops
+    # ---- dependencies between ops: the trace's, and program order on each (rank, stream), each edge once (in C)
     dep_cnt = np.concatenate([np.diff(t.dep_ptr) for t in tables]) if tables else np.zeros(0, np.int64)
-    dep_idx = _cat(tables, "dep_idx", np.int64)
-    succ = np.repeat(np.arange(G, dtype=np.int64), dep_cnt)
-    if len(dep_idx) and (np.any(dep_idx < 0) or np.any(dep_idx >= n_ops[op_rank[succ]])):
-        j = int(succ[np.flatnonzero((dep_idx < 0) | (dep_idx >= n_ops[op_rank[succ]]))[0]])
-        raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: a dependency names an op outside the rank's table")
-    pred = dep_idx + off[op_rank[succ]]
-    if stream_order and G:
-        o = np.lexsort((np.arange(G), stream, op_rank))
-        same = (op_rank[o[1:]] == op_rank[o[:-1]]) & (stream[o[1:]] == stream[o[:-1]])
-        pred = np.concatenate([pred, o[:-1][same]])
-        succ = np.concatenate([succ, o[1:][same]])
+    try:
+        pred, succ, bad = kernel.op_dependencies(n_ops, dep_cnt, _cat(tables, "dep_idx", np.int64), stream,
+                                                 stream_order, exit_, entry)
+    except ValueError as e:
+        raise TraceError(f"the trace's dependency lists are malformed: {e}") from None
+    if bad >= 0:
+        raise TraceError(f"rank {op_rank[bad]} op {op_local[bad]}: a dependency names an op outside the rank's table")
     if len(pred):
-        key = np.sort(pred * G + succ)
-        key = key[np.r_[True, key[1:] != key[:-1]]]
-        pred, succ = key // G, key % G
-        b.add_edges(exit_[pred], entry[succ])
+        b.add_edges(pred, succ)
     return b.build(validate=validate)

@@ -129,6 +129,114 @@ def csr_of_blocks(list blocks, int64_t n):
     return ptr_a, idx_a, deps_a
 
 
+def op_dependencies(n_ops_a, dep_cnt_a, dep_idx_a, stream_a, bint stream_order, exit_a, entry_a):
+    """The dependencies between a trace's ops as task edges (fabric/lower.py): op s (ops numbered rank by rank,
+    n_ops[r] on rank r) depends on the ops its dep_cnt[s] entries of dep_idx name (indices into its rank's table)
+    and, with stream_order, on the previous op of its rank on the same stream. Each distinct (p, s) once, ordered by
+    p then s (np.unique of p * G + s), as task ids (exit[p], entry[s]), int64 arrays. Returns (pred, succ, -1), or
+    (None, None, s) for the first op s whose dependency is outside its rank's table. ValueError if the counts do not
+    cover dep_idx."""
+    cdef const int64_t[::1] n_ops = np.ascontiguousarray(n_ops_a, np.int64)
+    cdef const int64_t[::1] cnt = np.ascontiguousarray(dep_cnt_a, np.int64)
+    cdef const int64_t[::1] dep = np.ascontiguousarray(dep_idx_a, np.int64)
+    cdef const int32_t[::1] stream = np.ascontiguousarray(stream_a, np.int32)
+    cdef const int64_t[::1] exit_ = np.ascontiguousarray(exit_a, np.int64)
+    cdef const int64_t[::1] entry = np.ascontiguousarray(entry_a, np.int64)
+    cdef int64_t R = n_ops.shape[0], G = cnt.shape[0], E = dep.shape[0], r, s, k, lo, hi, p, q, e, most = 0, total = 0
+    cdef int64_t cap = 1, h, bad = -1
+    for r in range(R):
+        if n_ops[r] < 0:
+            raise ValueError(f"rank {r} has {n_ops[r]} ops")
+        total += n_ops[r]
+        most = max(most, n_ops[r])
+    if total != G or stream.shape[0] != G or exit_.shape[0] != G or entry.shape[0] != G:
+        raise ValueError(f"{total} ops over the ranks, {G} dependency counts, {stream.shape[0]} streams")
+    k = 0
+    for s in range(G):
+        if cnt[s] < 0:
+            raise ValueError(f"op {s} has {cnt[s]} dependencies")
+        k += cnt[s]
+    if k != E:
+        raise ValueError(f"the dependency counts add up to {k}, but {E} dependencies are listed")
+    if G >= 1 << 31:
+        raise ValueError(f"{G} ops: ops are numbered with 32 bits")
+    while cap < 2 * most:
+        cap *= 2
+    # the previous op on each op's (rank, stream): an open-addressing table of streams per rank (a slot is live
+    # when owner == the rank: nothing to clear between ranks)
+    prev_a = np.full(G, -1, np.int32)
+    owner_a = np.full(cap if stream_order else 1, -1, np.int64)
+    keys_a = np.empty(cap if stream_order else 1, np.int32)
+    last_a = np.empty(cap if stream_order else 1, np.int64)
+    ptr_a = np.zeros(G + 1, np.int64)
+    cdef int64_t[::1] owner = owner_a, last = last_a, ptr = ptr_a
+    cdef int32_t[::1] prev = prev_a, keys = keys_a
+    with nogil:
+        hi = 0
+        e = 0
+        for r in range(R):              # pass 1: check, previous op per stream, count each predecessor's edges
+            lo = hi
+            hi = lo + n_ops[r]
+            for s in range(lo, hi):
+                for k in range(e, e + cnt[s]):
+                    if dep[k] < 0 or dep[k] >= n_ops[r]:
+                        bad = s
+                        break
+                    ptr[lo + dep[k] + 1] += 1
+                e += cnt[s]
+                if bad >= 0:
+                    break
+                if stream_order:
+                    h = (<uint32_t>stream[s] * <uint64_t>0x9E3779B97F4A7C15) >> 32 & (cap - 1)
+                    while owner[h] == r and keys[h] != stream[s]:
+                        h = (h + 1) & (cap - 1)
+                    if owner[h] == r:
+                        prev[s] = <int32_t>last[h]
+                        ptr[last[h] + 1] += 1
+                    owner[h] = r
+                    keys[h] = stream[s]
+                    last[h] = s
+            if bad >= 0:
+                break
+    if bad >= 0:
+        return None, None, bad
+    del owner_a, keys_a, last_a
+    with nogil:
+        for p in range(G):
+            ptr[p + 1] += ptr[p]
+    idx_a = np.empty(ptr[G], np.int32)
+    fill_a = ptr_a[:G].copy()
+    cdef int32_t[::1] idx = idx_a
+    cdef int64_t[::1] fill = fill_a
+    with nogil:
+        hi = 0
+        e = 0
+        for r in range(R):              # pass 2: each predecessor's successors, ascending, each once
+            lo = hi
+            hi = lo + n_ops[r]
+            for s in range(lo, hi):
+                for k in range(e, e + cnt[s] + 1):
+                    p = (lo + dep[k]) if k < e + cnt[s] else prev[s]
+                    if p >= 0 and not (fill[p] > ptr[p] and idx[fill[p] - 1] == s):
+                        idx[fill[p]] = <int32_t>s
+                        fill[p] += 1
+                e += cnt[s]
+        q = 0
+        for p in range(G):
+            q += fill[p] - ptr[p]
+    pred_a = np.empty(q, np.int64)
+    succ_a = np.empty(q, np.int64)
+    cdef int64_t[::1] pred = pred_a, succ = succ_a
+    with nogil:
+        q = 0
+        for p in range(G):
+            for k in range(ptr[p], fill[p]):
+                pred[q] = exit_[p]
+                succ[q] = entry[idx[k]]
+                q += 1
+    return pred_a, succ_a, -1
+
+
 def csr_by_source(pred, succ, int64_t n):
     """csr_of_blocks of one block of edges pred[e] -> succ[e]."""
     return csr_of_blocks([(pred, succ)], n)
