@@ -16,8 +16,10 @@
   GPU stream executes its ops in issue order. Repeated edges are merged.
 
 Everything is vectorised over all ranks' ops at once; the Python loop runs once per collective instance, and each
-instance stamps a cached template (key: kind, algorithm, nbytes, group size, root, config), so a 64-rank decode
-step lowers in tens of milliseconds.
+instance stamps a cached template (key: kind, algorithm, nbytes, group size, root, config; chosen once per key here),
+written into the graph's columns by one C pass at build; the dependencies between ops are merged in C too
+(kernel.op_dependencies). A 64-rank decode step lowers in tens of milliseconds, 16 M tasks of 1024 ranks in well
+under a second (docs/performance.md).
 
 Size conventions: the trace's coll_bytes (docs/trace-format.md, fabric/capture/plan.py) is the buffer for
 allreduce/broadcast/send-recv, one rank's chunk for allgather/reduce_scatter and the chunk sent to each peer for
@@ -105,8 +107,8 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
     G = int(off[-1])
     kind = _cat(tables, "kind", np.int8)
     stream = _cat(tables, "stream", np.int32)
-    op_rank = np.repeat(np.arange(R, dtype=np.int64), n_ops)
-    op_local = np.arange(G, dtype=np.int64) - off[op_rank]
+    op_rank = np.repeat(np.arange(R, dtype=np.int32), n_ops)        # the graph's rank column's dtype
+    op_local = np.arange(G, dtype=np.int64) - np.repeat(off[:-1], n_ops)
     entry = np.full(G, -1, np.int64)
     exit_ = np.full(G, -1, np.int64)
     from fabric.address import GIB
@@ -119,8 +121,9 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
     if len(comp):
         dur = _cat(tables, "duration_ns", np.float64)[comp]
         nby = _cat(tables, "bytes", np.float64)[comp]
-        ids = b.add_tasks(COMPUTE, op_rank[comp], stream=stream[comp], duration_ps=np.rint(dur * PS_PER_NS),
-                          nbytes=np.rint(nby), src_op=op_local[comp], count=len(comp))
+        dur *= PS_PER_NS
+        ids = b.add_tasks(COMPUTE, op_rank[comp], stream=stream[comp], duration_ps=np.rint(dur, out=dur),
+                          nbytes=np.rint(nby, out=nby), src_op=op_local[comp], count=len(comp))
         entry[comp] = ids
         exit_[comp] = ids
 
@@ -148,6 +151,7 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
             j = cidx[np.flatnonzero(lp < 0)[0]]
             raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: rank is not a member of group {group[j]}")
         occ = _occurrence(grp * R + rk)
+        frags: dict = {}            # (kind, nbytes, group size, root) -> the fragment its instances stamp
         for g, mem in enumerate(groups):
             sel = np.flatnonzero(grp == g)
             if not len(sel):
@@ -181,8 +185,11 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
                 if kname == "broadcast":
                     pr = int(peer[row[0]])
                     root = int(gpos[g, pr]) if 0 <= pr < R and gpos[g, pr] >= 0 else 0
-                alg = collectives.select(kname, nb, n, cfg)
-                frag = collectives.template(kname, alg, nb, n, cfg, root=root, semantics=semantics)
+                key = (kname, nb, n, root)
+                frag = frags.get(key)
+                if frag is None:        # the policy and the template cache hash the whole config on every call
+                    alg = collectives.select(kname, nb, n, cfg)
+                    frag = frags[key] = collectives.template(kname, alg, nb, n, cfg, root=root, semantics=semantics)
                 batches.setdefault(id(frag), (frag, []))[1].append(k)
             for frag, ks in batches.values():
                 rows = mat[ks]
@@ -196,7 +203,7 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
     snd = np.flatnonzero(kind == KIND_SEND)
     rcv = np.flatnonzero(kind == KIND_RECV)
     if len(snd) or len(rcv):
-        skey = op_rank[snd] * R + peer[snd]
+        skey = op_rank[snd].astype(np.int64) * R + peer[snd]
         rkey = peer[rcv].astype(np.int64) * R + op_rank[rcv]
         so = np.lexsort((_occurrence(skey), skey))
         ro = np.lexsort((_occurrence(rkey), rkey))
