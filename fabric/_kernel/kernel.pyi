@@ -44,8 +44,8 @@ def pair_round_trips(pair_ptr: np.ndarray, path_ptr: np.ndarray, path_ch: np.nda
                      node_lat: np.ndarray, ch_dst: np.ndarray, flit: np.ndarray, T: np.ndarray,
                      rate: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 def dor_expand_paths(R: int, S: int, rank_router: np.ndarray, N: int, cnt: np.ndarray, start: np.ndarray,
-                     cptr: np.ndarray, cch: np.ndarray, cvcl: np.ndarray, pair_ptr: np.ndarray,
-                     up: np.ndarray | None, down: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+                     cptr: np.ndarray, cch: np.ndarray, cvcl: np.ndarray, up: np.ndarray | None,
+                     down: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 # report.pxi: the critical path of a finished run (fabric/report.py)
 def critical_path_walk(succ_ptr: np.ndarray, succ_idx: np.ndarray, start: np.ndarray, end: np.ndarray,
                        kind: np.ndarray, coll: np.ndarray, rank: np.ndarray, stream: np.ndarray,
