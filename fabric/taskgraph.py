@@ -286,7 +286,7 @@ class _Tasks:
 class _Stamp:
     """m copies of a fragment stamped on the rows of `ranks` (add_fragments), written into the graph's columns only
     at build, in one C pass (kernel.stamp_fragment): no per-call blocks to concatenate and no per-column
-    temporaries (a 1024-rank step's 1.4 GB of address arithmetic, for one column of 18 M)."""
+    temporaries (the address column's arithmetic alone took 1.4 GB at 1024 ranks)."""
 
     def __init__(self, frag: Fragment, ranks: np.ndarray, streams: np.ndarray, first: int, cid0: int,
                  addr: tuple[np.ndarray, np.ndarray, int]):
@@ -298,7 +298,7 @@ class _Stamp:
         from fabric._check_build import kernel
         f = self.frag
         apeer, aoff, window = self.addr
-        kernel.stamp_fragment(tuple(cols.values()), lo, f.task_kind, f.rank, f.peer, f.stream, f.task_nbytes,
+        kernel.stamp_fragment(tuple(cols[k] for k in _TASK_COLUMNS), lo, f.task_kind, f.rank, f.peer, f.stream, f.task_nbytes,
                               f.duration_ps, f.op, apeer, aoff, self.ranks, self.streams, self.cid0, window)
 
     @property
@@ -406,7 +406,7 @@ class GraphBuilder:
     def _addresses(self, frag: Fragment) -> tuple[np.ndarray, np.ndarray, int]:
         """How a copy of the fragment addresses its stores and loads: (apeer, aoff, window) with the address of
         task j on rows `ranks` = ranks[apeer[j]] * window + aoff[j] (fabric.address.global_addresses, the peer's
-        window added at build: the same integers), apeer[j] = -1 for a task without one (-1)."""
+        window added at build: the same integers); apeer[j] = -1 where task j has no address (its address is -1)."""
         nt = frag.n_tasks
         if self.window_bytes is None or frag.addr_buf is None:
             return np.full(nt, -1, np.int32), np.zeros(nt, np.int64), 0
