@@ -16,8 +16,10 @@
   GPU stream executes its ops in issue order. Repeated edges are merged.
 
 Everything is vectorised over all ranks' ops at once; the Python loop runs once per collective instance, and each
-instance stamps a cached template (key: kind, algorithm, nbytes, group size, root, config), so a 64-rank decode
-step lowers in tens of milliseconds.
+instance stamps a cached template (key: kind, algorithm, nbytes, group size, root, config; chosen once per key here),
+written into the graph's columns by one C pass at build; the dependencies between ops are merged in C too
+(kernel.op_dependencies). A 64-rank decode step lowers in tens of milliseconds, the 18 M tasks of a 1024-rank one
+in 0.4-1 s of CPU (docs/performance.md).
 
 Size conventions: the trace's coll_bytes (docs/trace-format.md, fabric/capture/plan.py) is the buffer for
 allreduce/broadcast/send-recv, one rank's chunk for allgather/reduce_scatter and the chunk sent to each peer for
@@ -31,6 +33,7 @@ import ctypes
 import numpy as np
 
 from fabric import collectives
+from fabric._check_build import kernel
 from fabric.errors import TraceError
 from fabric.phy import PS_PER_NS
 from fabric.taskgraph import COMPUTE, GraphBuilder, TaskGraph
@@ -79,7 +82,8 @@ def _label(trace, r: int, i: int) -> str:
 def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True,
           validate: bool = False) -> TaskGraph:
     """Turn `trace` (fabric.trace.Trace or anything with its attributes) into a TaskGraph."""
-    graph = _lower(trace, cfg, semantics=semantics, stream_order=stream_order, validate=validate)
+    # built once _builder's locals (the ops' columns, ~150 MB at 1024 ranks) are gone: the graph's arrays reuse them
+    graph = _builder(trace, cfg, semantics=semantics, stream_order=stream_order).build(validate=validate)
     _return_freed_heap()
     return graph
 
@@ -93,7 +97,8 @@ def _return_freed_heap() -> None:
         trim(0)
 
 
-def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -> TaskGraph:
+def _builder(trace, cfg, *, semantics: bool, stream_order: bool) -> GraphBuilder:
+    """The GraphBuilder holding every task and edge of the trace's graph (lower's work but the build)."""
     R = int(trace.n_ranks)
     tables = list(trace.ops)
     if len(tables) != R:
@@ -104,8 +109,8 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
     G = int(off[-1])
     kind = _cat(tables, "kind", np.int8)
     stream = _cat(tables, "stream", np.int32)
-    op_rank = np.repeat(np.arange(R, dtype=np.int64), n_ops)
-    op_local = np.arange(G, dtype=np.int64) - off[op_rank]
+    op_rank = np.repeat(np.arange(R, dtype=np.int32), n_ops)        # the graph's rank column's dtype
+    op_local = np.arange(G, dtype=np.int64) - np.repeat(off[:-1], n_ops)
     entry = np.full(G, -1, np.int64)
     exit_ = np.full(G, -1, np.int64)
     from fabric.address import GIB
@@ -118,8 +123,9 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
     if len(comp):
         dur = _cat(tables, "duration_ns", np.float64)[comp]
         nby = _cat(tables, "bytes", np.float64)[comp]
-        ids = b.add_tasks(COMPUTE, op_rank[comp], stream=stream[comp], duration_ps=np.rint(dur * PS_PER_NS),
-                          nbytes=np.rint(nby), src_op=op_local[comp], count=len(comp))
+        dur *= PS_PER_NS
+        ids = b.add_tasks(COMPUTE, op_rank[comp], stream=stream[comp], duration_ps=np.rint(dur, out=dur),
+                          nbytes=np.rint(nby, out=nby), src_op=op_local[comp], count=len(comp))
         entry[comp] = ids
         exit_[comp] = ids
 
@@ -147,6 +153,7 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
             j = cidx[np.flatnonzero(lp < 0)[0]]
             raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: rank is not a member of group {group[j]}")
         occ = _occurrence(grp * R + rk)
+        frags: dict = {}            # (kind, nbytes, group size, root) -> the fragment its instances stamp
         for g, mem in enumerate(groups):
             sel = np.flatnonzero(grp == g)
             if not len(sel):
@@ -180,8 +187,11 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
                 if kname == "broadcast":
                     pr = int(peer[row[0]])
                     root = int(gpos[g, pr]) if 0 <= pr < R and gpos[g, pr] >= 0 else 0
-                alg = collectives.select(kname, nb, n, cfg)
-                frag = collectives.template(kname, alg, nb, n, cfg, root=root, semantics=semantics)
+                key = (kname, nb, n, root)
+                frag = frags.get(key)
+                if frag is None:        # the policy and the template cache hash the whole config on every call
+                    alg = collectives.select(kname, nb, n, cfg)
+                    frag = frags[key] = collectives.template(kname, alg, nb, n, cfg, root=root, semantics=semantics)
                 batches.setdefault(id(frag), (frag, []))[1].append(k)
             for frag, ks in batches.values():
                 rows = mat[ks]
@@ -195,7 +205,7 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
     snd = np.flatnonzero(kind == KIND_SEND)
     rcv = np.flatnonzero(kind == KIND_RECV)
     if len(snd) or len(rcv):
-        skey = op_rank[snd] * R + peer[snd]
+        skey = op_rank[snd].astype(np.int64) * R + peer[snd]
         rkey = peer[rcv].astype(np.int64) * R + op_rank[rcv]
         so = np.lexsort((_occurrence(skey), skey))
         ro = np.lexsort((_occurrence(rkey), rkey))
@@ -221,22 +231,15 @@ def _lower(trace, cfg, *, semantics: bool, stream_order: bool, validate: bool) -
         j = int(np.flatnonzero(entry < 0)[0])
         raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: unknown op kind {int(kind[j])}")
 
-    # ---- dependencies between ops
+    # ---- dependencies between ops: the trace's, and program order on each (rank, stream), each edge once (in C)
     dep_cnt = np.concatenate([np.diff(t.dep_ptr) for t in tables]) if tables else np.zeros(0, np.int64)
-    dep_idx = _cat(tables, "dep_idx", np.int64)
-    succ = np.repeat(np.arange(G, dtype=np.int64), dep_cnt)
-    if len(dep_idx) and (np.any(dep_idx < 0) or np.any(dep_idx >= n_ops[op_rank[succ]])):
-        j = int(succ[np.flatnonzero((dep_idx < 0) | (dep_idx >= n_ops[op_rank[succ]]))[0]])
-        raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: a dependency names an op outside the rank's table")
-    pred = dep_idx + off[op_rank[succ]]
-    if stream_order and G:
-        o = np.lexsort((np.arange(G), stream, op_rank))
-        same = (op_rank[o[1:]] == op_rank[o[:-1]]) & (stream[o[1:]] == stream[o[:-1]])
-        pred = np.concatenate([pred, o[:-1][same]])
-        succ = np.concatenate([succ, o[1:][same]])
+    try:
+        pred, succ, bad = kernel.op_dependencies(n_ops, dep_cnt, _cat(tables, "dep_idx", np.int64), stream,
+                                                 stream_order, exit_, entry)
+    except ValueError as e:
+        raise TraceError(f"the trace's dependency lists are malformed: {e}") from None
+    if bad >= 0:
+        raise TraceError(f"rank {op_rank[bad]} op {op_local[bad]}: a dependency names an op outside the rank's table")
     if len(pred):
-        key = np.sort(pred * G + succ)
-        key = key[np.r_[True, key[1:] != key[:-1]]]
-        pred, succ = key // G, key % G
-        b.add_edges(exit_[pred], entry[succ])
-    return b.build(validate=validate)
+        b.add_edges(pred, succ)
+    return b

@@ -93,18 +93,12 @@ def _route_dor(topo: Topology, datelines: bool) -> None:
     S = len(topo.mesh_nodes)
     cnt, start, cptr, cch, cvcl = _router_candidates(topo, datelines)
     N = topo.rank_ports
-    s, d = np.divmod(np.arange(R * R, dtype=np.int64), R)
-    ab = topo.rank_router[s].astype(np.int64) * S + topo.rank_router[d]
-    m = cnt[ab]
-    K = np.lcm(m, N) if N > 0 else m.copy()
-    K[s == d] = 0
-    pair_ptr = np.zeros(R * R + 1, dtype=np.int64)
-    np.cumsum(K, out=pair_ptr[1:])
-    # path j of pair (s, d): router candidate start[ab] + (j + s + d) % m between an up port (j + d) % N and a
-    # down port (j + s) % N, VC level 0 on those two hops (the loop over paths runs in manager.pxi)
+    # pair (s, d) has lcm(m, N) paths (m router candidates, N ports per rank; none when s == d); path j: router
+    # candidate start[ab] + (j + s + d) % m between an up port (j + d) % N and a down port (j + s) % N, VC level 0
+    # on those two hops (the loops over pairs and paths run in manager.pxi)
     up, down = _attach_ports(topo, N) if N > 0 else (None, None)
-    path_ptr, path_ch, path_vcl = kernel.dor_expand_paths(R, S, topo.rank_router, N, cnt, start, cptr, cch, cvcl,
-                                                          pair_ptr, up, down)
+    pair_ptr, path_ptr, path_ch, path_vcl = kernel.dor_expand_paths(R, S, topo.rank_router, N, cnt, start, cptr, cch,
+                                                                    cvcl, up, down)
     topo.pair_ptr, topo.path_ptr, topo.path_ch, topo.path_vcl = pair_ptr, path_ptr, path_ch, path_vcl
 
 

@@ -271,43 +271,35 @@ class Fragment:
         return b.build()
 
 
-_FRAGMENT_COLUMN = {"kind": "task_kind", "nbytes": "task_nbytes", "duration_ps": "duration_ps", "op": "op"}
-
-
 class _Tasks:
     """A block of add_tasks: each column a scalar (broadcast at build) or an array of the block's length."""
 
     def __init__(self, cols: dict, m: int):
         self.cols, self.size = cols, m
 
-    def fill(self, name: str, out: np.ndarray) -> None:
-        out[...] = self.cols.pop(name)          # consumed: the peak is the graph plus one column's blocks
+    def fill(self, cols: dict, lo: int) -> None:
+        for name, out in cols.items():
+            out[lo:lo + self.size] = self.cols[name]
+        self.cols = None                        # consumed: build frees each block once it is written
 
 
 class _Stamp:
     """m copies of a fragment stamped on the rows of `ranks` (add_fragments), written into the graph's columns only
-    at build: no per-call blocks to concatenate (a 1024-rank step's 1.4 GB of them, zeroed and copied once more)."""
+    at build, in one C pass (kernel.stamp_fragment): no per-call blocks to concatenate and no per-column
+    temporaries (the address column's arithmetic alone took 1.4 GB at 1024 ranks)."""
 
-    def __init__(self, frag: Fragment, ranks: np.ndarray, streams: np.ndarray, first: int, cid0: int, addr):
+    def __init__(self, frag: Fragment, ranks: np.ndarray, streams: np.ndarray, first: int, cid0: int,
+                 addr: tuple[np.ndarray, np.ndarray, int]):
         self.frag, self.ranks, self.streams, self.first, self.cid0, self.addr = frag, ranks, streams, first, cid0, addr
         self.m = len(ranks)
         self.size = self.m * frag.n_tasks
 
-    def fill(self, name: str, out: np.ndarray) -> None:
-        f, view = self.frag, out.reshape(self.m, self.frag.n_tasks)
-        if name == "rank":
-            np.take(self.ranks, f.rank, axis=1, out=view)
-        elif name in ("peer", "stream"):        # a gather from the rows with a last column of -1 (no peer, no stream)
-            rows, col = (self.ranks, f.peer) if name == "peer" else (self.streams, np.where(f.stream >= 0, f.rank, -1))
-            np.take(np.c_[rows, np.full(self.m, -1, np.int32)], np.where(col >= 0, col, f.n), axis=1, out=view)
-        elif name == "coll":
-            view[...] = np.arange(self.cid0, self.cid0 + self.m, dtype=np.int32)[:, None]
-        elif name == "src_op":
-            view[...] = -1
-        elif name == "addr":
-            view[...] = self.addr(f, self.ranks)
-        else:                                   # the fragment's own column, the same in every copy
-            view[...] = getattr(f, _FRAGMENT_COLUMN[name])
+    def fill(self, cols: dict, lo: int) -> None:
+        from fabric._check_build import kernel
+        f = self.frag
+        apeer, aoff, window = self.addr
+        kernel.stamp_fragment(tuple(cols[k] for k in _TASK_COLUMNS), lo, f.task_kind, f.rank, f.peer, f.stream, f.task_nbytes,
+                              f.duration_ps, f.op, apeer, aoff, self.ranks, self.streams, self.cid0, window)
 
     @property
     def edges(self) -> tuple:
@@ -388,7 +380,7 @@ class GraphBuilder:
         nt = frag.n_tasks
         base = self.n_tasks + np.arange(m, dtype=np.int64)[:, None] * nt
         cid0 = len(self.coll_meta)
-        stamp = _Stamp(frag, ranks, streams, self.n_tasks, cid0, self._addresses)
+        stamp = _Stamp(frag, ranks, streams, self.n_tasks, cid0, self._addresses(frag))
         self._blocks.append(stamp)
         if len(frag.edge_src):
             self._edges.append(stamp)
@@ -411,31 +403,30 @@ class GraphBuilder:
                                            buf_bytes=frag.buf_bytes, protocol=frag.protocol))
         return frag.start[None, :] + base, frag.done[None, :] + base, np.arange(cid0, cid0 + m)
 
-    def _addresses(self, frag: Fragment, ranks: np.ndarray) -> np.ndarray:
-        """[m, tasks] global addresses of the fragment's stores and loads stamped on `ranks` rows; -1 elsewhere."""
-        m, nt = len(ranks), frag.n_tasks
+    def _addresses(self, frag: Fragment) -> tuple[np.ndarray, np.ndarray, int]:
+        """How a copy of the fragment addresses its stores and loads: (apeer, aoff, window) with the address of
+        task j on rows `ranks` = ranks[apeer[j]] * window + aoff[j] (fabric.address.global_addresses, the peer's
+        window added at build: the same integers); apeer[j] = -1 where task j has no address (its address is -1)."""
+        nt = frag.n_tasks
         if self.window_bytes is None or frag.addr_buf is None:
-            return np.full((m, nt), -1, np.int64)
+            return np.full(nt, -1, np.int32), np.zeros(nt, np.int64), 0
         from fabric.address import global_addresses
         on = (frag.task_kind == TRANSFER) & ((frag.op == STORE) | (frag.op == LOAD))
-        peer = ranks[:, np.maximum(frag.peer, 0)]
-        a = global_addresses(peer, frag.addr_buf, frag.addr_off, frag.rank, self.window_bytes)
-        return np.where(on, a, -1)
+        aoff = global_addresses(0, frag.addr_buf, frag.addr_off, frag.rank, self.window_bytes)
+        return np.where(on, np.maximum(frag.peer, 0), -1).astype(np.int32), aoff, int(self.window_bytes)
 
     def build(self, validate: bool = False) -> TaskGraph:
         """The graph. Each column is allocated once (np.empty: every element is written) and filled block by block,
-        and the CSR is made from the edge blocks themselves, so the peak is the graph plus one block's temporaries.
-        The builder is consumed."""
+        every column of a block at once (a stamped fragment's in one C pass), and the CSR is made from the edge
+        blocks themselves, so the peak is the graph plus one block's temporaries. The builder is consumed."""
         n = self.n_tasks
         if n >= 1 << 31:
             raise GraphError(f"{n} tasks: the kernel numbers tasks with 32 bits (at most 2^31 - 1)")
-        cols = {}
-        for k, (dt, _) in _TASK_COLUMNS.items():
-            out = cols[k] = np.empty(n, dt)
-            lo = 0
-            for blk in self._blocks:
-                blk.fill(k, out[lo:lo + blk.size])
-                lo += blk.size
+        cols = {k: np.empty(n, dt) for k, (dt, _) in _TASK_COLUMNS.items()}
+        lo = 0
+        for blk in self._blocks:
+            blk.fill(cols, lo)
+            lo += blk.size
         self._blocks.clear()
         from fabric._check_build import kernel
         # a counting sort in C over the edge blocks (stamped fragments expanded there, never as arrays): each

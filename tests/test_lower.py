@@ -5,6 +5,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fabric import collectives
 from fabric.collectives.symbolic import check
@@ -85,6 +87,47 @@ def test_stream_order():
     g = lower(tr)
     assert g.n_edges == 1 and preds_of(g, 1) == {0}
     assert lower(tr, stream_order=False).n_edges == 0
+
+
+def _edges_by_sort(n_ops, dep_cnt, dep_idx, stream, stream_order):
+    """The dependency edges between ops as the lowering defined them before kernel.op_dependencies: the trace's
+    edges plus program order per (rank, stream) from a lexsort, merged by np.unique of pred * G + succ."""
+    G = len(stream)
+    off = np.r_[0, np.cumsum(n_ops)]
+    op_rank = np.repeat(np.arange(len(n_ops)), n_ops)
+    succ = np.repeat(np.arange(G), dep_cnt)
+    pred = dep_idx + off[op_rank[succ]]
+    if stream_order and G:
+        o = np.lexsort((np.arange(G), stream, op_rank))
+        same = (op_rank[o[1:]] == op_rank[o[:-1]]) & (stream[o[1:]] == stream[o[:-1]])
+        pred, succ = np.r_[pred, o[:-1][same]], np.r_[succ, o[1:][same]]
+    key = np.unique(pred.astype(np.int64) * G + succ)
+    return key // G, key % G
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from([-1, 0, 1, 7, 2 ** 31 - 1, -2 ** 31]),
+                                   st.lists(st.integers(0, 12), max_size=4)), max_size=12), min_size=1, max_size=5),
+       st.booleans(), st.sampled_from([False, False, True]))
+def test_op_dependencies_merge_as_a_sort_would(ranks, stream_order, spill):
+    """kernel.op_dependencies (the trace's dependencies and program order per stream, each edge once, by predecessor
+    then successor) gives exactly the edges of a lexsort and np.unique, and names the first op whose dependency
+    falls outside its rank's table (spill: dependencies may name an op past the table's end)."""
+    from fabric._check_build import kernel
+    n_ops = np.array([len(r) for r in ranks], np.int64)
+    stream = np.array([s for r in ranks for s, _ in r], np.int32)
+    dep_cnt = np.array([len(d) for r in ranks for _, d in r], np.int64)
+    dep_idx = np.array([j if spill else j % len(r) for r in ranks for _, d in r for j in d], np.int64)
+    G = len(stream)
+    exit_, entry = np.arange(G) * 3 + 1, np.arange(G) * 3 + 2           # ops' own task ids
+    pred, succ, bad = kernel.op_dependencies(n_ops, dep_cnt, dep_idx, stream, stream_order, exit_, entry)
+    own = np.repeat(n_ops, n_ops)
+    outside = np.repeat(np.arange(G), dep_cnt)[dep_idx >= np.repeat(own, dep_cnt)]
+    if len(outside):
+        assert (pred, succ, bad) == (None, None, outside[0])
+        return
+    p, s = _edges_by_sort(n_ops, dep_cnt, dep_idx, stream, stream_order)
+    assert bad == -1 and pred.tolist() == exit_[p].tolist() and succ.tolist() == entry[s].tolist()
 
 
 def test_semantics_of_a_mixed_trace():

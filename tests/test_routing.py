@@ -3,6 +3,8 @@ from collections import Counter, deque
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fabric import routing
 from fabric._kernel import kernel
@@ -341,3 +343,19 @@ def test_compiled_router_candidates_match_the_python_definition(preset, dims, da
     want = reference_router_candidates(topo, datelines)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 99), st.integers(0, 1)), max_size=6), max_size=30),
+       st.sampled_from([100, 40_000]), st.integers(1, 2))
+def test_route_dependencies_marked_or_sorted_are_the_distinct_hop_pairs(paths, n_ch, levels):
+    """kernel.route_dependencies gives every distinct (hop, next hop) key, ascending, whether it marks bits (nv^2 <=
+    2^30) or sorts the keys (40,000 channels: nv^2 > 2^30); channel ids spread over the whole range."""
+    scale = n_ch // 100
+    ch = np.array([c * scale for p in paths for c, _ in p], np.int32)
+    vcl = np.array([v % levels for p in paths for _, v in p], np.int8)
+    ptr = np.r_[0, np.cumsum([len(p) for p in paths])].astype(np.int64)
+    nv = n_ch * levels
+    keys = {(int(ch[h]) * levels + int(vcl[h])) * nv + int(ch[h + 1]) * levels + int(vcl[h + 1])
+            for p in range(len(paths)) for h in range(ptr[p], ptr[p + 1] - 1)}
+    assert kernel.route_dependencies(ptr, ch, vcl, levels, n_ch).tolist() == sorted(keys)

@@ -200,3 +200,21 @@ def test_builder_writes_what_the_blocks_say(script, window):
     ptr, idx = g.predecessors_csr()
     assert idx.tolist() == pred[np.argsort(g.succ_idx, kind="stable")].tolist()
     assert ptr.tolist() == np.r_[0, np.cumsum(np.bincount(g.succ_idx, minlength=g.n_tasks))].tolist()
+
+
+def test_stamping_refuses_positions_outside_the_group_and_short_columns():
+    """kernel.stamp_fragment checks what it is given before writing (no write outside the graph's columns)."""
+    from fabric._check_build import kernel
+    from fabric.taskgraph import _TASK_COLUMNS
+    cols = tuple(np.empty(4, dt) for dt, _ in _TASK_COLUMNS.values())
+    one = np.zeros(2, np.int64)
+    ranks, streams = np.array([[5, 6]], np.int32), np.zeros((1, 2), np.int32)
+    frag = dict(f_kind=one, f_rank=np.array([0, 2]), f_peer=-one, f_stream=one, f_nbytes=one, f_dur=one, f_op=one,
+                f_apeer=-one, f_aoff=one)
+    args = lambda **kw: tuple({**frag, **kw}.values())  # noqa: E731
+    with pytest.raises(ValueError, match="group position"):
+        kernel.stamp_fragment(cols, 0, *args(), ranks, streams, 0, 0)
+    with pytest.raises(ValueError, match="do not fit"):
+        kernel.stamp_fragment(cols, 3, *args(f_rank=one), ranks, streams, 0, 0)
+    kernel.stamp_fragment(cols, 2, *args(f_rank=np.array([1, 0]), f_peer=np.array([0, -1])), ranks, streams, 7, 0)
+    assert cols[1][2:].tolist() == [6, 5] and cols[2][2:].tolist() == [5, -1] and cols[7][2:].tolist() == [7, 7]

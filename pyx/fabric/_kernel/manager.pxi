@@ -104,84 +104,109 @@ def dor_router_candidates(int32_t X, int32_t Y, int32_t Z, wrap, bint datelines,
     return cnt_a, start_a, cand_ptr_a, cand_ch_a, cand_vcl_a
 
 
+cdef inline int64_t gcd64(int64_t a, int64_t b) noexcept nogil:
+    cdef int64_t t
+    while b:
+        t = a % b
+        a = b
+        b = t
+    return a
+
+
 def dor_expand_paths(int32_t R, int32_t S, rank_router_a, int32_t N, cnt_a, start_a, cptr_a, cch_a, cvcl_a,
-                     pair_ptr_a, up_a, down_a):
-    """Rank-pair paths from router candidates, as fabric.routing's _route_dor defines them: pair (s, d) has
-    K = pair_ptr[q + 1] - pair_ptr[q] paths (q = s * R + d); path j takes router candidate
-    start[ab] + (j + s + d) % cnt[ab] (ab = router(s) * S + router(d)) between a first hop up[s, (j + d) % N] and a
-    last hop down[d, (j + s) % N] (none when N == 0), VC level 0 on those. Returns path_ptr, path_ch, path_vcl."""
+                     up_a, down_a):
+    """Rank-pair paths from router candidates, as fabric.routing's _route_dor defines them: pair (s, d), q = s * R + d,
+    has K = lcm(cnt[ab], N) paths (cnt[ab] without ports, none when s == d; ab = router(s) * S + router(d)); path j
+    takes router candidate start[ab] + (j + s + d) % cnt[ab] between a first hop up[s, (j + d) % N] and a last hop
+    down[d, (j + s) % N] (none when N == 0), VC level 0 on those. Returns pair_ptr, path_ptr, path_ch, path_vcl."""
     cdef int32_t[::1] rr = np.ascontiguousarray(rank_router_a, np.int32)
     cdef const int64_t[::1] cnt = np.ascontiguousarray(cnt_a, np.int64)
     cdef const int64_t[::1] start = np.ascontiguousarray(start_a, np.int64)
     cdef const int64_t[::1] cptr = np.ascontiguousarray(cptr_a, np.int64)
     cdef const int32_t[::1] cch = np.ascontiguousarray(cch_a, np.int32)
     cdef const int8_t[::1] cvcl = np.ascontiguousarray(cvcl_a, np.int8)
-    cdef const int64_t[::1] pair_ptr = np.ascontiguousarray(pair_ptr_a, np.int64)
     cdef int32_t[:, ::1] up
     cdef int32_t[:, ::1] down
-    cdef int64_t P = pair_ptr[pair_ptr.shape[0] - 1], H = 0, p, q, j, K, ab, m, rc, h, pos
+    cdef int64_t P = 0, H = 0, p, q, j, K, ab, m, rc, h, pos
     cdef int32_t s, d, extra = 2 if N > 0 else 0
     if N > 0:
         up = np.ascontiguousarray(up_a, np.int32)
         down = np.ascontiguousarray(down_a, np.int32)
-    path_ptr_a = np.zeros(P + 1, np.int64)
+    pair_ptr_a = np.empty(<int64_t>R * R + 1, np.int64)
+    cdef int64_t[::1] pair_ptr = pair_ptr_a
+    with nogil:
+        pair_ptr[0] = 0
+        for q in range(<int64_t>R * R):    # pass 0: paths per pair
+            s = <int32_t>(q // R); d = <int32_t>(q % R)
+            m = cnt[<int64_t>rr[s] * S + rr[d]]
+            K = 0 if s == d else (m // gcd64(m, N) * N if N > 0 and m > 0 else m)
+            P += K
+            pair_ptr[q + 1] = P
+    path_ptr_a = np.empty(P + 1, np.int64)
     cdef int64_t[::1] path_ptr = path_ptr_a
-    p = 0
-    for q in range(<int64_t>R * R):        # pass 0: path lengths
-        s = <int32_t>(q // R); d = <int32_t>(q % R)
-        K = pair_ptr[q + 1] - pair_ptr[q]
-        if K == 0:
-            continue
-        ab = <int64_t>rr[s] * S + rr[d]
-        m = cnt[ab]
-        for j in range(K):
-            rc = start[ab] + (j + s + d) % m
-            H += cptr[rc + 1] - cptr[rc] + extra
-            p += 1
-            path_ptr[p] = H
+    with nogil:
+        p = 0
+        path_ptr[0] = 0
+        for q in range(<int64_t>R * R):    # pass 1: path lengths
+            s = <int32_t>(q // R); d = <int32_t>(q % R)
+            K = pair_ptr[q + 1] - pair_ptr[q]
+            if K == 0:
+                continue
+            ab = <int64_t>rr[s] * S + rr[d]
+            m = cnt[ab]
+            for j in range(K):
+                rc = start[ab] + (j + s + d) % m
+                H += cptr[rc + 1] - cptr[rc] + extra
+                p += 1
+                path_ptr[p] = H
     path_ch_a = np.empty(H, np.int32)
-    path_vcl_a = np.zeros(H, np.int8)
+    path_vcl_a = np.empty(H, np.int8)
     cdef int32_t[::1] pch = path_ch_a
     cdef int8_t[::1] pvl = path_vcl_a
-    p = 0
-    for q in range(<int64_t>R * R):        # pass 1: entries
-        s = <int32_t>(q // R); d = <int32_t>(q % R)
-        K = pair_ptr[q + 1] - pair_ptr[q]
-        if K == 0:
-            continue
-        ab = <int64_t>rr[s] * S + rr[d]
-        m = cnt[ab]
-        for j in range(K):
-            rc = start[ab] + (j + s + d) % m
-            pos = path_ptr[p]
-            if N > 0:
-                pch[pos] = up[s, (j + d) % N]
-                pos += 1
-            for h in range(cptr[rc], cptr[rc + 1]):
-                pch[pos] = cch[h]
-                pvl[pos] = cvcl[h]
-                pos += 1
-            if N > 0:
-                pch[pos] = down[d, (j + s) % N]
-            p += 1
-    return path_ptr_a, path_ch_a, path_vcl_a
+    with nogil:
+        p = 0
+        for q in range(<int64_t>R * R):    # pass 2: entries
+            s = <int32_t>(q // R); d = <int32_t>(q % R)
+            K = pair_ptr[q + 1] - pair_ptr[q]
+            if K == 0:
+                continue
+            ab = <int64_t>rr[s] * S + rr[d]
+            m = cnt[ab]
+            for j in range(K):
+                rc = start[ab] + (j + s + d) % m
+                pos = path_ptr[p]
+                if N > 0:
+                    pch[pos] = up[s, (j + d) % N]
+                    pvl[pos] = 0
+                    pos += 1
+                for h in range(cptr[rc], cptr[rc + 1]):
+                    pch[pos] = cch[h]
+                    pvl[pos] = cvcl[h]
+                    pos += 1
+                if N > 0:
+                    pch[pos] = down[d, (j + s) % N]
+                    pvl[pos] = 0
+                p += 1
+    return pair_ptr_a, path_ptr_a, path_ch_a, path_vcl_a
 
 
 def route_dependencies(path_ptr_a, path_ch_a, path_vcl_a, int64_t levels, int64_t n_ch):
     """The channel-dependency graph of the routes (fabric/routing.py's dependency_edges, deadlock freedom): every
     pair of consecutive hops of a path as a key a * nv + b of virtual channels (channel x levels + VC level,
-    nv = n_ch x levels), each once, ascending. A byte per possible key where nv^2 <= 2^27 (marking is linear where
-    sorting ~15 M keys is not), else the keys sorted."""
+    nv = n_ch x levels), each once, ascending. A bit per possible key where nv^2 <= 2^30 (marking is linear where
+    sorting ~15 M keys is not; sd200-1024's 28 M keys are 3.5 MB of bits, mostly in cache), else the keys sorted."""
     cdef const int64_t[::1] ptr = np.ascontiguousarray(path_ptr_a, np.int64)
     cdef const int32_t[::1] ch = np.ascontiguousarray(path_ch_a, np.int32)
     cdef const int8_t[::1] vcl = np.ascontiguousarray(path_vcl_a, np.int8)
-    cdef int64_t nv = n_ch * levels, p, h, n = 0, k
-    cdef bint mark = nv * nv <= (1 << 27)
-    out_a = np.zeros(nv * nv if mark else 0, np.uint8)
-    cdef uint8_t[::1] seen = out_a
-    for p in range(ptr.shape[0] - 1):
-        n += max(ptr[p + 1] - ptr[p] - 1, 0)
-    keys_a = np.empty(0 if mark else n, np.int64)
+    cdef int64_t nv = n_ch * levels, p, h, n = 0, k, w
+    cdef uint64_t x
+    cdef bint mark = nv * nv <= (1 << 30)
+    bits_a = np.zeros((nv * nv + 63) // 64 if mark else 0, np.uint64)
+    cdef uint64_t[::1] bits = bits_a
+    if not mark:
+        for p in range(ptr.shape[0] - 1):
+            n += max(ptr[p + 1] - ptr[p] - 1, 0)
+    keys_a = np.empty(n, np.int64)
     cdef int64_t[::1] keys = keys_a
     n = 0
     with nogil:
@@ -189,11 +214,29 @@ def route_dependencies(path_ptr_a, path_ch_a, path_vcl_a, int64_t levels, int64_
             for h in range(ptr[p], ptr[p + 1] - 1):
                 k = (ch[h] * levels + vcl[h]) * nv + ch[h + 1] * levels + vcl[h + 1]
                 if mark:
-                    seen[k] = 1
+                    bits[k >> 6] |= (<uint64_t>1) << (k & 63)
                 else:
                     keys[n] = k
                     n += 1
-    return np.flatnonzero(out_a) if mark else np.unique(keys_a)
+    if not mark:
+        return np.unique(keys_a)
+    with nogil:
+        for w in range(bits.shape[0]):      # count, then list the set bits in ascending order
+            x = bits[w]
+            while x:
+                x &= x - 1
+                n += 1
+    keys_a = np.empty(n, np.int64)
+    keys = keys_a
+    with nogil:
+        n = 0
+        for w in range(bits.shape[0]):
+            x = bits[w]
+            while x:
+                keys[n] = w * 64 + __builtin_ctzll(x)
+                n += 1
+                x &= x - 1
+    return keys_a
 
 
 cdef double pairwise_sum(const double* a, int64_t n) noexcept nogil:
