@@ -29,4 +29,9 @@ def reuse_freed_arrays() -> None:
         set_thresholds(trim=256 << 20, mmap=32 << 20)
 
 
+def reusing_freed_arrays() -> bool:
+    """Whether this process called reuse_freed_arrays (then nothing should hand its freed heap back: malloc_trim)."""
+    return bool(_REUSING)
+
+
 _REUSING: list = []
