@@ -96,12 +96,17 @@ def critical_path_reference(graph: TaskGraph, start: np.ndarray, end: np.ndarray
     return out
 
 
+def last_end_ps(end: np.ndarray) -> int:
+    """The step: when its last task ends (0 for no task)."""
+    return int(end.max()) if len(end) else 0
+
+
 def step_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray, layers=None) -> dict:
     """The step (last task's end) and its critical path split into compute and exposed communication; with
     `layers` (model layer per task, -1 none, or a function of task ids: see critical_path's groups) also
     "layers": that split per layer (layer -1 holds what precedes or follows every layer, e.g. the embedding and the
     LM head)."""
-    step_ps = int(end.max()) if len(end) else 0
+    step_ps = last_end_ps(end)
     cp = critical_path(graph, start, end, layers)
     out = dict(step_ps=step_ps, step_us=step_ps / 1e6, compute_us=cp["compute_ps"] / 1e6,
                exposed_comm_us=cp["comm_ps"] / 1e6, comm_fraction=cp["comm_ps"] / step_ps if step_ps else 0.0,
