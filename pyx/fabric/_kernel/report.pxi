@@ -3,7 +3,7 @@
 # ranks, streams) and the run's start/end times, in C. With the GIL; touches no SimC.
 
 cdef int64_t released_by(const int64_t[::1] sp, const int32_t[::1] si, const int64_t[::1] en, int32_t[::1] rel,
-                         int64_t n) noexcept nogil:
+                         int64_t n) except -1 nogil:
     """rel[t] = 1 + the predecessor of t that ended last, the lowest id among equals (0: none), in one pass over the
     successor CSR: sources come in id order, so the first of equal ends stays. Returns the task that ended last (the
     first of equals). No predecessor CSR: the walk needs one predecessor per task, and the edges are read once."""
