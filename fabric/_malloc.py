@@ -10,8 +10,7 @@ def set_thresholds(trim: int | None = None, mmap: int | None = None) -> None:
     """mallopt(M_TRIM_THRESHOLD, trim) and mallopt(M_MMAP_THRESHOLD, mmap), each only when given."""
     try:
         import ctypes
-        import ctypes.util
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)     # the process's own symbols, libc's among them (find_library runs ldconfig: 30 ms)
         if trim is not None:
             libc.mallopt(M_TRIM_THRESHOLD, trim)
         if mmap is not None:

@@ -5,18 +5,16 @@ communication, collectives by kind and size, and how every link behaved (fabric.
 """
 from __future__ import annotations
 
+import contextlib
 import time
-
-import numpy as np
 
 from fabric import sim, trace as tracemod
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.lower import lower
 from fabric.network import shared
-from fabric.report import collective_summary, fault_summary, link_summary, step_summary, task_layers, \
-    translation_summary
-from fabric.taskgraph import COMPUTE, REDUCE
+from fabric.report import collective_summary, compute_totals, fault_summary, last_end_ps, link_summary, \
+    step_summary, task_layers, translation_summary
 
 
 def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet", preset: str = "sd200",
@@ -43,23 +41,26 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     t0 = time.perf_counter()
     graph = lower(tr, cfg)
     lower_s = time.perf_counter() - t0
-    from fabric import timeline as tl
     baseline = None
     if cfg.faults:            # the same step without the faults first, for the TPOT they cost
         base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=())
-        baseline = step_summary(graph, base.task_start_ps, base.task_end_ps)["step_us"]
-    with tl.to_file(timeline, tr, meta=dict(trace=path, preset=preset, engine=engine)) as tl_info:
+        baseline = last_end_ps(base.task_end_ps) / 1e6     # its step only: no critical path asked
+    if timeline:
+        from fabric import timeline as tl
+        recorded = tl.to_file(timeline, tr, meta=dict(trace=path, preset=preset, engine=engine))
+    else:
+        recorded = contextlib.nullcontext()
+    with recorded as tl_info:
         if cfg.manager.migrate:
             from fabric import migration
             res, moved = migration.run(cfg, topo, graph, engine=engine, progress=progress)
         else:
             res, moved = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False), None
     start, end = res.task_start_ps, res.task_end_ps
-    step = step_summary(graph, start, end, task_layers(graph, tr))
+    # the layers of the critical path's tasks only (a few thousand, not every task: 18 M at 1024 ranks)
+    step = step_summary(graph, start, end, lambda tasks: task_layers(graph, tr, tasks))
     step_ps = step["step_ps"]
-    comp_mask = (graph.kind == COMPUTE) & (graph.coll < 0)
-    per_rank_compute = np.bincount(graph.rank[comp_mask], weights=graph.duration_ps[comp_mask],
-                                   minlength=tr.n_ranks)
+    per_rank_compute, reduce_ps = compute_totals(graph, tr.n_ranks)
     batch = int(tr.meta.get("batch", 1) or 1)
     t = res.totals
     out = dict(
@@ -69,7 +70,7 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         step_time_us=step["step_us"], compute_us=step["compute_us"], exposed_comm_us=step["exposed_comm_us"],
         comm_fraction=step["comm_fraction"],
         compute_busy_us_max_rank=float(per_rank_compute.max() / 1e6),
-        reduce_us_total=float(graph.duration_ps[graph.kind == REDUCE].sum() / 1e6),
+        reduce_us_total=float(reduce_ps / 1e6),
         critical_path_tasks=step["critical_path_tasks"], layers=step["layers"],
         collectives=collective_summary(graph, start, end),
         links=link_summary(topo, res, step_ps),

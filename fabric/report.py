@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabric.taskgraph import COMPUTE, TaskGraph
+from fabric.taskgraph import COMPUTE, REDUCE, TaskGraph
 
 
-def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray, groups: np.ndarray | None = None) -> dict:
+def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray, groups=None) -> dict:
     """Walk back from the last task to finish, always to the constraint that released it (the predecessor that
     finished last, or the task before it on the same stream). Time on the model's compute tasks is compute;
     everything else on the path (transfers, local reductions, flags, a collective's launch and wait points, and
@@ -19,11 +19,12 @@ def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray, groups: 
     groups (int per task, -1 = none; e.g. the model layer of each compute task) adds "by_group": {group:
     [compute_ps, comm_ps]}, a split of the same totals. A compute task's time goes to its group; communication and
     waiting go to the group of the last grouped compute task before them on the path (the layer whose output is
-    being communicated), or to the first one after them when none precedes.
+    being communicated), or to the first one after them when none precedes. groups may also be a function of task
+    ids (int64 array) returning their groups: only the path's few thousand tasks are asked (task_layers' `tasks`).
 
-    The walk runs in the kernel extension (report.pxi: a counting sort of the edges, each stream sorted when the
-    walk first reaches it), which also hands back the path for the split by group; critical_path_reference below
-    is the same walk in numpy and Python."""
+    The walk runs in the kernel extension (report.pxi: each task's last predecessor to end in one pass over the
+    edges, each stream sorted when the walk first reaches it), which also hands back the path for the split by
+    group; critical_path_reference below is the same walk in numpy and Python."""
     from fabric._check_build import kernel
     if graph.n_tasks == 0:
         return dict(compute_ps=0, comm_ps=0, tasks=0, **({"by_group": {}} if groups is not None else {}))
@@ -35,7 +36,7 @@ def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray, groups: 
         seg = np.zeros(len(p), np.int64)             # when the constraint that released each path task ended
         seg[:-1] = end[p[1:]]
         comp = (graph.kind[p] == COMPUTE) & (graph.coll[p] < 0)
-        g = np.where(comp, groups[p], -1)
+        g = np.where(comp, groups(p) if callable(groups) else groups[p], -1)
         busy = np.where(comp, end[p] - start[p], 0)
         wait = np.where(comp, start[p], end[p]) - seg
         out["by_group"] = _by_group(list(zip(g[::-1].tolist(), busy[::-1].tolist(), wait[::-1].tolist())))
@@ -95,11 +96,17 @@ def critical_path_reference(graph: TaskGraph, start: np.ndarray, end: np.ndarray
     return out
 
 
-def step_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray, layers: np.ndarray | None = None) -> dict:
+def last_end_ps(end: np.ndarray) -> int:
+    """The step: when its last task ends (0 for no task)."""
+    return int(end.max()) if len(end) else 0
+
+
+def step_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray, layers=None) -> dict:
     """The step (last task's end) and its critical path split into compute and exposed communication; with
-    `layers` (model layer per task, -1 none) also "layers": that split per layer (see critical_path's groups;
-    layer -1 holds what precedes or follows every layer, e.g. the embedding and the LM head)."""
-    step_ps = int(end.max()) if len(end) else 0
+    `layers` (model layer per task, -1 none, or a function of task ids: see critical_path's groups) also
+    "layers": that split per layer (layer -1 holds what precedes or follows every layer, e.g. the embedding and the
+    LM head)."""
+    step_ps = last_end_ps(end)
     cp = critical_path(graph, start, end, layers)
     out = dict(step_ps=step_ps, step_us=step_ps / 1e6, compute_us=cp["compute_ps"] / 1e6,
                exposed_comm_us=cp["comm_ps"] / 1e6, comm_fraction=cp["comm_ps"] / step_ps if step_ps else 0.0,
@@ -110,22 +117,31 @@ def step_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray, layers: n
     return out
 
 
-def task_layers(graph: TaskGraph, trace) -> np.ndarray:
-    """The model layer of each task: that of its trace op (compute tasks), -1 for tasks inside collectives. One
-    gather over every rank's layer column at once (a pass per rank took 30 s at 1024 ranks)."""
-    out = np.full(graph.n_tasks, -1, np.int64)
+def task_layers(graph: TaskGraph, trace, tasks: np.ndarray | None = None) -> np.ndarray:
+    """The model layer of each task (or of `tasks`, ids): that of its trace op (compute tasks), -1 for tasks inside
+    collectives. One gather over every rank's layer column at once (a pass per rank took 30 s at 1024 ranks)."""
+    n_out = graph.n_tasks if tasks is None else len(tasks)
+    out = np.full(n_out, -1, np.int64)
     if graph.src_op is None:
         return out
+    src_op, rank = (graph.src_op, graph.rank) if tasks is None else (graph.src_op[tasks], graph.rank[tasks])
     layers = [getattr(t, "layer", None) for t in trace.ops]
     n = np.array([len(v) if v is not None else 0 for v in layers], np.int64)
     off = np.concatenate([[0], np.cumsum(n)])
     has = np.zeros(max(graph.n_ranks, len(layers)), bool)
     has[:len(layers)] = [v is not None for v in layers]
-    t = np.flatnonzero((graph.src_op >= 0) & has[graph.rank])
+    t = np.flatnonzero((src_op >= 0) & has[rank])
     if len(t):
         out[t] = np.concatenate([np.asarray(v, np.int64) for v in layers if v is not None])[
-            off[graph.rank[t]] + graph.src_op[t]]
+            off[rank[t]] + src_op[t]]
     return out
+
+
+def compute_totals(graph: TaskGraph, n_ranks: int) -> tuple[np.ndarray, int]:
+    """(busy_ps, reduce_ps): per rank, the time its model compute tasks (outside collectives) take, float64 (as
+    np.bincount's weights would add them); and the time of every local reduction, int. One pass over the tasks."""
+    from fabric._check_build import kernel
+    return kernel.compute_totals(graph.kind, graph.coll, graph.rank, graph.duration_ps, COMPUTE, REDUCE, n_ranks)
 
 
 def collective_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> list[dict]:
@@ -133,13 +149,8 @@ def collective_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> 
     instance starting to its last task ending."""
     if not graph.coll_meta:
         return []
-    mask = graph.coll >= 0
-    c = graph.coll[mask]
-    n = len(graph.coll_meta)
-    first = np.full(n, np.iinfo(np.int64).max)
-    last = np.zeros(n, np.int64)
-    np.minimum.at(first, c, start[mask])
-    np.maximum.at(last, c, end[mask])
+    from fabric._check_build import kernel
+    first, last = kernel.collective_spans(graph.coll, start, end, len(graph.coll_meta))
     lat_us = (last - first) / 1e6
     groups: dict[tuple, list[float]] = {}
     for i, m in enumerate(graph.coll_meta):

@@ -1,5 +1,7 @@
 """fabric.report on hand-made start/end times: the critical path follows streams by (rank, stream), whatever ids."""
 import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
 
 from fabric.report import critical_path, step_summary
 from fabric.taskgraph import COMPUTE, GraphBuilder
@@ -92,8 +94,84 @@ def test_task_layers_are_each_compute_task_s_trace_op_layer():
     tr = read(str(Path(__file__).resolve().parent.parent / "traces" / "toy-mla-tp8.h5"))
     g = lower(tr, None)
     got = task_layers(g, tr)
+    some = np.arange(0, g.n_tasks, 7)
+    assert task_layers(g, tr, some).tolist() == got[some].tolist()     # of some tasks only: the same layers
     own = g.src_op >= 0
     assert own.any() and (got[~own] == -1).all()
     for t in np.flatnonzero(own):
         assert got[t] == tr.ops[g.rank[t]].layer[g.src_op[t]]
     assert len(set(got[own].tolist())) > 2           # several layers, not one value
+
+
+def _random_run(data):
+    """A random graph (edges from lower to higher ids, ranks and streams, collective instances) with times a run
+    could give: each task starts at or after its predecessors' ends. Small times, so ends and starts tie often."""
+    from hypothesis import strategies as st
+    n = data.draw(st.integers(1, 40))
+    b = GraphBuilder(3)
+    rank = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    stream = data.draw(st.lists(st.integers(-1, 1), min_size=n, max_size=n))
+    kind = data.draw(st.lists(st.sampled_from([0, 1, 2, 3]), min_size=n, max_size=n))
+    coll = data.draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
+    dur = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    b.add_tasks(np.array(kind, np.int8), rank, stream=stream, duration_ps=dur, coll=coll)
+    edges = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))
+    edges = [(u, v) for u, v in edges if u < v]
+    if edges:
+        b.add_edges([u for u, _ in edges], [v for _, v in edges])
+    g = b.build()
+    gap = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    start, end = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for t in range(n):
+        ready = max([end[u] for u, v in edges if v == t], default=0)
+        start[t] = ready + gap[t]
+        end[t] = start[t] + dur[t]
+    return g, start, end
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_compiled_walk_is_the_reference_walk_on_random_runs(data):
+    """Any graph, any times a run could give (many ties): the compiled walk (each task's last predecessor from one
+    pass over the edges) and the reference (the predecessor CSR) give the same path, totals and split by group."""
+    from fabric.report import critical_path_reference
+    g, start, end = _random_run(data)
+    groups = np.array(data.draw(st.lists(st.integers(-1, 3), min_size=g.n_tasks, max_size=g.n_tasks)))
+    got = critical_path(g, start, end, groups)
+    assert got == critical_path_reference(g, start, end, groups)
+    assert critical_path(g, start, end, lambda tasks: groups[tasks]) == got      # groups asked for the path only
+    assert got["compute_ps"] + got["comm_ps"] == end.max()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_collective_spans_and_compute_totals_are_the_numpy_definitions(data):
+    """collective_summary's spans (first start, last end per instance) and replay's per-rank compute and reduce
+    totals, each one C pass, equal np.minimum.at / np.maximum.at and np.bincount over masks, bit for bit."""
+    from fabric._check_build import kernel
+    from fabric.report import compute_totals
+    from fabric.taskgraph import REDUCE
+    g, start, end = _random_run(data)
+    first, last = kernel.collective_spans(g.coll, start, end, 4)
+    want_first, want_last = np.full(4, np.iinfo(np.int64).max), np.zeros(4, np.int64)
+    m = g.coll >= 0
+    np.minimum.at(want_first, g.coll[m], start[m])
+    np.maximum.at(want_last, g.coll[m], end[m])
+    assert first.tolist() == want_first.tolist() and last.tolist() == want_last.tolist()
+    busy, reduce_ps = compute_totals(g, 3)
+    comp = (g.kind == COMPUTE) & (g.coll < 0)
+    assert busy.tolist() == np.bincount(g.rank[comp], weights=g.duration_ps[comp], minlength=3).tolist()
+    assert reduce_ps == int(g.duration_ps[g.kind == REDUCE].sum())
+
+
+def test_report_helpers_refuse_ids_out_of_range():
+    """A collective instance or a rank beyond the tables is a ValueError, not a write outside them."""
+    from fabric._check_build import kernel
+    b = GraphBuilder(2)
+    b.add_tasks(COMPUTE, [0, 1], stream=0, duration_ps=[1, 2], coll=[-1, 1])
+    g = b.build()
+    t = np.array([0, 1])
+    with pytest.raises(ValueError, match="instance 1 of 1"):
+        kernel.collective_spans(g.coll, t, t, 1)
+    with pytest.raises(ValueError, match="rank 1"):
+        kernel.compute_totals(g.kind, np.array([-1, -1], np.int32), g.rank, g.duration_ps, COMPUTE, 2, 1)

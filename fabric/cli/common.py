@@ -2,6 +2,7 @@
 --set, --seed), --engine, --json output and the progress bar."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
@@ -28,6 +29,18 @@ def _heap_returns_large_blocks() -> None:
 
 if sys.platform.startswith("linux"):
     _heap_returns_large_blocks()
+
+
+def _exit_without_collecting() -> None:
+    """At interpreter exit (atexit runs before the shutdown's collections), move every object to the collector's
+    permanent generation: the collections that tear the modules down then skip them (fabric-replay's exit 0.06-0.2
+    -> 0.02-0.04 s). Objects are still freed as their references go; only cyclic garbage left at exit is not
+    collected, which the process's end reclaims, and every file a command writes is closed by then (`with`)."""
+    import gc
+    gc.freeze()
+
+
+atexit.register(_exit_without_collecting)
 
 
 def friendly(fn):

@@ -96,7 +96,7 @@ def _replay_stages(case: str):
     res = sim.RunResult(engine=engine, outcome="done", now_ps=eng.now_ps, events=eng.events, wall_s=st["run"],
                         totals=eng.totals(), counters=counters, task_start_ps=start, task_end_ps=end,
                         link_state={}, transfers={})
-    step = step_summary(graph, start, end, task_layers(graph, tr))
+    step = step_summary(graph, start, end, lambda tasks: task_layers(graph, tr, tasks))   # as fabric-replay
     collective_summary(graph, start, end)
     link_summary(topo, res, step["step_ps"])
     st["report"] = time.perf_counter() - t
