@@ -54,7 +54,7 @@ def node_parts(topo: dict, graph: dict) -> tuple[np.ndarray, np.ndarray]:
     is a chain of channels, so joining each used channel's two ends joins the route's whole node set)."""
     R, n_nodes = int(topo["n_ranks"]), len(topo["node_kind"])
     kind, rank, peer = graph["kind"], graph["rank"], graph["peer"]
-    xf = (kind == TRANSFER) & (peer >= 0) & (peer != rank)
+    xf = (kind == TRANSFER) & (peer >= 0) & (peer < R) & (peer != rank)   # (no such rank: no route, no node)
     r, p = rank[xf].astype(np.int64), peer[xf].astype(np.int64)
     pairs = np.zeros(R * R, bool)
     pairs[r * R + p] = True

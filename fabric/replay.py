@@ -20,9 +20,9 @@ from fabric.taskgraph import COMPUTE, REDUCE
 
 
 def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet", preset: str = "sd200",
-           progress=None, timeline: str | None = None) -> dict:
-    """Replay one decode step; returns the report (JSON-ready). progress: see fabric.sim.run. timeline: write the
-    run's timeline there (fabric.timeline; FILE.json or FILE.json.gz) and add its figures as "timeline"."""
+           progress=None, timeline: str | None = None, jobs: int = 1) -> dict:
+    """Replay one decode step; returns the report (JSON-ready). progress, jobs: see fabric.sim.run. timeline: write
+    the run's timeline there (fabric.timeline; FILE.json or FILE.json.gz) and add its figures as "timeline"."""
     path = trace_path or str(tracemod.default_trace_path())
     tr = tracemod.read(path)
     topo = shared(cfg)
@@ -46,14 +46,15 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     from fabric import timeline as tl
     baseline = None
     if cfg.faults:            # the same step without the faults first, for the TPOT they cost
-        base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=())
+        base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=(), jobs=jobs)
         baseline = step_summary(graph, base.task_start_ps, base.task_end_ps)["step_us"]
     with tl.to_file(timeline, tr, meta=dict(trace=path, preset=preset, engine=engine)) as tl_info:
         if cfg.manager.migrate:
             from fabric import migration
             res, moved = migration.run(cfg, topo, graph, engine=engine, progress=progress)
         else:
-            res, moved = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False), None
+            res, moved = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False,
+                                 jobs=jobs), None
     start, end = res.task_start_ps, res.task_end_ps
     step = step_summary(graph, start, end, task_layers(graph, tr))
     step_ps = step["step_ps"]

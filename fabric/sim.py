@@ -379,7 +379,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     split = None
     if jobs > 1 and not transfers and not specs and not faults and _recorder is None and migrate is None \
             and alive is None and not retired and rank_map is None:
-        split = _split(cfg, topo, graph, engine, slice_events, progress, jobs)
+        split = run_parts(cfg, topo, graph, engine, jobs, slice_events, progress)
     if split is not None and split[0] != kernel.DONE:   # stuck, or out of events: the report is the joint run's
         return run(cfg, topo, graph, engine=engine, progress=progress, slice_events=slice_events,
                    raise_on_stuck=raise_on_stuck, transfers=transfers, permanent=permanent)
@@ -456,9 +456,12 @@ def _run_one(cfg, topo, graph, engine, faults, progress, slice_events, transfers
     return outcome, eng, schedule, time.perf_counter() - t0
 
 
-def _split(cfg, topo, graph, engine, slice_events, progress, jobs):
-    """run() as independent parts (fabric.parts), after the whole run's checks and with its address translation
-    and kernel parameters made once: (outcome, the parts' run, wall s), or None when the graph is one part."""
+def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int = 2, slice_events: int = 2_000_000,
+              progress=None):
+    """The graph's independent parts (fabric.parts) run as separate engines, `jobs` at a time, after the whole
+    run's checks and with its address translation, kernel parameters and route graph made once: (outcome, the
+    parts' run (reads like an Engine), wall s of set-up and run), or None when the graph is one part. run(jobs=N)
+    uses it; fabric-bench times it as a stage."""
     from fabric import parts
     topo_arrays, graph_arrays = as_arrays(topo), as_arrays(graph)
     check_run(cfg, topo_arrays, graph_arrays, engine)
