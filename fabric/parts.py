@@ -52,17 +52,12 @@ def node_parts(topo: dict, graph: dict) -> tuple[np.ndarray, np.ndarray]:
     (-1: on no route the graph uses). Two ranks are in one part when a dependency joins their tasks, or some node
     lies on a candidate route, in either direction, of a pair of ranks that a transfer of each part uses (a route
     is a chain of channels, so joining each used channel's two ends joins the route's whole node set)."""
+    from fabric._check_build import kernel
     R, n_nodes = int(topo["n_ranks"]), len(topo["node_kind"])
-    kind, rank, peer = graph["kind"], graph["rank"], graph["peer"]
-    xf = (kind == TRANSFER) & (peer >= 0) & (peer < R) & (peer != rank)   # (no such rank: no route, no node)
-    r, p = rank[xf].astype(np.int64), peer[xf].astype(np.int64)
-    pairs = np.zeros(R * R, bool)
-    pairs[r * R + p] = True
-    pairs[p * R + r] = True              # a load's data comes back the other way, on the reverse pair's routes
+    pairs, deps = kernel.rank_pairs(graph["kind"], graph["rank"], graph["peer"], graph["succ_ptr"],
+                                    graph["succ_idx"], R)
     hops = _ranges(np.asarray(topo["path_ptr"]), _ranges(np.asarray(topo["pair_ptr"]), np.flatnonzero(pairs)))
     ch = np.unique(np.asarray(topo["path_ch"])[hops])
-    deps = np.zeros(R * R, bool)         # dependencies between ranks: (rank of the predecessor, of the successor)
-    deps[np.repeat(rank, np.diff(graph["succ_ptr"])).astype(np.int64) * R + rank[graph["succ_idx"]]] = True
     d = np.flatnonzero(deps)
     lab = _components(n_nodes, np.concatenate((np.asarray(topo["ch_src"], np.int64)[ch], d // R)),
                       np.concatenate((np.asarray(topo["ch_dst"], np.int64)[ch], d % R)))
@@ -83,15 +78,18 @@ class Plan:
 
     def __init__(self, graph: dict, part_of_rank: np.ndarray):
         kind = graph["kind"]
-        task_part = part_of_rank[graph["rank"]]
-        tasks = [np.flatnonzero(task_part == k) for k in range(int(part_of_rank.max()) + 1)]
-        self.tasks = sorted((t for t in tasks if len(t)), key=lambda t: int(t[0]))
+        # tasks by part, each part's in task order: a stable sort of 16-bit keys is a radix sort in numpy
+        task_part = part_of_rank.astype(np.int16 if part_of_rank.max() < 1 << 15 else np.int32)[graph["rank"]]
+        order = np.argsort(task_part, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(task_part, minlength=int(part_of_rank.max()) + 1))))
+        tasks = [order[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+        self.tasks = sorted(tasks, key=lambda t: int(t[0]))
         self.rank_part = [int(part_of_rank[graph["rank"][t[0]]]) for t in self.tasks]
         self._local = np.empty(len(kind), np.int32)        # each task's id in its part
         for t in self.tasks:
             self._local[t] = np.arange(len(t), dtype=np.int32)
         xf = kind == TRANSFER
-        self._n_xf = int(xf.sum())
+        self._n_xf = int(np.count_nonzero(xf))
         self._xf_before = np.cumsum(xf, dtype=np.int32)    # transfers up to and with each task
         self._loads_before = np.cumsum(xf & (graph["op"] == 1), dtype=np.int32)
         self.graph = graph       # whose columns part_graph takes (the caller may swap in a copy with more)

@@ -471,7 +471,7 @@ def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int 
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays)
     planned[0].graph = kernel_graph
     params = kernel_params(cfg, topo, engine=engine)
-    hop, at1 = kernel.route_graph(topo_arrays)
+    hop, at1 = kernel.route_graph_of(topo_arrays)
     shared_topo = dict(topo_arrays, route_hop=hop, path_at1=at1)
     eng = parts.PartsRun(lambda g: kernel.Engine(params, shared_topo, g, engine == "analytic", xlate=xlate,
                                                  retire_transfers=True),

@@ -184,7 +184,7 @@ cdef int setup_routes(SimC* s, dict keep, dict topo) except -1:
     hop = np.ascontiguousarray(topo["route_hop"], np.int32)
     at1 = topo["path_at1"]
     if hop.ndim != 2 or hop.shape[1] != 2 or len(at1) != n_paths:
-        raise ValueError("route_hop / path_at1 do not belong to these routes (use kernel.route_graph(topo))")
+        raise ValueError("route_hop / path_at1 do not belong to these routes (use kernel.route_graph_of(topo))")
     s.path_at1 = <int32_t*>keep_array(keep, "path_at1", at1, np.int32)
     s.n_hop = hop.shape[0]
     s.hop = <HopC*>malloc(<size_t>max(s.n_hop, 1) * sizeof(HopC))
