@@ -18,9 +18,9 @@ from fabric.report import collective_summary, compute_totals, fault_summary, las
 
 
 def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet", preset: str = "sd200",
-           progress=None, timeline: str | None = None) -> dict:
-    """Replay one decode step; returns the report (JSON-ready). progress: see fabric.sim.run. timeline: write the
-    run's timeline there (fabric.timeline; FILE.json or FILE.json.gz) and add its figures as "timeline"."""
+           progress=None, timeline: str | None = None, jobs: int = 1) -> dict:
+    """Replay one decode step; returns the report (JSON-ready). progress, jobs: see fabric.sim.run. timeline: write
+    the run's timeline there (fabric.timeline; FILE.json or FILE.json.gz) and add its figures as "timeline"."""
     path = trace_path or str(tracemod.default_trace_path())
     tr = tracemod.read(path)
     topo = shared(cfg)
@@ -43,7 +43,7 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     lower_s = time.perf_counter() - t0
     baseline = None
     if cfg.faults:            # the same step without the faults first, for the TPOT they cost
-        base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=())
+        base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=(), jobs=jobs)
         baseline = last_end_ps(base.task_end_ps) / 1e6     # its step only: no critical path asked
     if timeline:
         from fabric import timeline as tl
@@ -55,7 +55,8 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
             from fabric import migration
             res, moved = migration.run(cfg, topo, graph, engine=engine, progress=progress)
         else:
-            res, moved = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False), None
+            res, moved = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False,
+                                 jobs=jobs), None
     start, end = res.task_start_ps, res.task_end_ps
     # the layers of the critical path's tasks only (a few thousand, not every task: 18 M at 1024 ranks)
     step = step_summary(graph, start, end, lambda tasks: task_layers(graph, tr, tasks))

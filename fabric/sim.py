@@ -333,18 +333,22 @@ def check_switch_legs(topo: dict, graph: dict) -> None:
 _recorder: list | None = None   # fabric.timeline.recording(): runs append their record here, with link samples
 
 
-def make_engine(cfg: FabricConfig, topo, graph, engine: str = "packet", *, retire_transfers: bool = False,
-                rank_map=None):
-    """The kernel Engine that `run` drives, after the checks a run needs (VC levels, switch legs, size); the task
-    graph's host addresses are translated (kernel_inputs) and dropped once the engine has copied them."""
-    topo_arrays = as_arrays(topo)
+def check_run(cfg: FabricConfig, topo_arrays: dict, graph_arrays: dict, engine: str) -> None:
+    """What a run needs before its engine is built: VC levels, switch legs, size (ConfigError otherwise)."""
     need = 2 * int(topo_arrays["vc_levels"])
     if cfg.link.vcs < need:
         raise ConfigError(f"link.vcs={cfg.link.vcs} is too few for this routing: 2 traffic classes x "
                           f"{topo_arrays['vc_levels']} VC levels need link.vcs >= {need}")
-    graph_arrays = as_arrays(graph)
     check_switch_legs(topo_arrays, graph_arrays)
     check_size(cfg, topo_arrays, graph_arrays, engine)
+
+
+def make_engine(cfg: FabricConfig, topo, graph, engine: str = "packet", *, retire_transfers: bool = False,
+                rank_map=None):
+    """The kernel Engine that `run` drives, after the checks a run needs (VC levels, switch legs, size); the task
+    graph's host addresses are translated (kernel_inputs) and dropped once the engine has copied them."""
+    topo_arrays, graph_arrays = as_arrays(topo), as_arrays(graph)
+    check_run(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
     return kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
                          xlate=xlate, retire_transfers=retire_transfers)
@@ -352,7 +356,7 @@ def make_engine(cfg: FabricConfig, topo, graph, engine: str = "packet", *, retir
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
         slice_events: int = 2_000_000, raise_on_stuck: bool = True, transfers: bool = True,
-        permanent=None, alive=None, retired=(), rank_map=None, migrate=None) -> RunResult:
+        permanent=None, alive=None, retired=(), rank_map=None, migrate=None, jobs: int = 1) -> RunResult:
     """Execute a task graph on the fabric. faults: transient (kind name, channel, n, k) tuples (see FAULTS);
     permanent: fault specs (fabric.faults; default cfg.faults, () for none); progress: called after every slice of
     `slice_events` events with (events, now_ps, fraction of tasks done); transfers=False leaves
@@ -360,43 +364,30 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     lets the engine release each transfer's record once it is done (Engine retire_transfers). fabric.migration runs a
     step in segments: `migrate` takes the ranks a fault cuts off to spares (failover.Schedule), and the segment
     ends at their takeover (outcome "partition", faults["partitions"]); the next one gets the working channels
-    (alive), the ranks out of service (retired) and where each rank's memory window lives now (rank_map)."""
+    (alive), the ranks out of service (retired) and where each rank's memory window lives now (rank_map).
+    jobs > 1: a graph whose ranks fall into independent parts (fabric.parts: no shared node, no dependency between
+    them) runs them as separate engines, `jobs` at a time, with the same results (wall_s then includes their
+    set-up); only a plain run splits (transfers=False, no fault, migration or timeline), and a part that does not
+    finish makes the whole run again as one engine, for the joint run's report."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
-    from fabric.failover import Schedule
     from fabric.faults import parse_all
     specs = parse_all(cfg.faults if permanent is None else permanent)
     if specs and engine != "packet":
         raise ConfigError("permanent faults (--fault, [[faults]]) need the packet engine; drop --engine analytic")
     n_tasks = len(as_arrays(graph)["kind"])
-    # no per-transfer table asked for and no permanent fault to rewind flows: transfer records are built as issued
-    # and released once done (1 M x 128 B for a decode step, 2 GB at 1024 ranks, down to those in flight)
-    eng = make_engine(cfg, topo, graph, engine, retire_transfers=not transfers and not specs, rank_map=rank_map)
-    schedule = Schedule(specs, topo, cfg, alive, retired, migrate) if specs else None
-    for kind, ch, n, k in faults:
-        eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
-    recorder = _recorder
-    if recorder is not None:      # a timeline is being recorded: the kernel samples link counters (sample.pxi)
-        eng.enable_sampling(max(1, int(round(cfg.report.sample_ns * 1000))))
-    t0 = time.perf_counter()
-    while True:
-        due = schedule.next_ps() if schedule else None
-        if due is None:
-            outcome = eng.run(max_events=slice_events)
-        else:                 # stop at the next fault action and apply it there (fabric.faults)
-            outcome = eng.run(max_events=slice_events, until_ps=due)
-            # due now: the run stopped before it, or ran dry with work waiting for it (a dead link's reroute)
-            if eng.next_event_ps > due and (outcome == kernel.PAUSED or
-                                            (outcome == kernel.DONE and eng.totals()["tasks_left"] > 0)):
-                schedule.apply_due(eng, due)
-                outcome = "partition" if schedule.stopped else kernel.PAUSED
-        if progress is not None:
-            progress(eng.events, eng.now_ps, 1.0 - eng.totals()["tasks_left"] / max(n_tasks, 1))
-        if outcome == kernel.STUCK and schedule is not None and schedule.takeover_ps is not None:
-            outcome = "partition"     # what is left waits for the migrating ranks: the segment ends (fabric.migration)
-        if outcome != kernel.PAUSED:
-            break
-    wall = time.perf_counter() - t0
+    split = None
+    if jobs > 1 and not transfers and not specs and not faults and _recorder is None and migrate is None \
+            and alive is None and not retired and rank_map is None:
+        split = run_parts(cfg, topo, graph, engine, jobs, slice_events, progress)
+    if split is not None and split[0] != kernel.DONE:   # stuck, or out of events: the report is the joint run's
+        return run(cfg, topo, graph, engine=engine, progress=progress, slice_events=slice_events,
+                   raise_on_stuck=raise_on_stuck, transfers=transfers, permanent=permanent)
+    if split is not None:
+        (outcome, eng, wall), schedule = split, None
+    else:
+        outcome, eng, schedule, wall = _run_one(cfg, topo, graph, engine, faults, progress, slice_events, transfers,
+                                                specs, alive, retired, rank_map, migrate, n_tasks)
     totals = eng.totals()
     start, end = eng.task_times()
     partition = outcome == "partition"   # a segment that stopped for a migration (fabric.migration)
@@ -420,9 +411,9 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                              packets_lost=int(totals["carved"] - totals["delivered"] - ft["reclaimed"]),
                              dead_channels=[_channel_name(topo, int(c)) for c in np.flatnonzero(eng.dead_channels())],
                              partitions=schedule.partitions, retired=sorted(schedule.retired))
-    if recorder is not None:
+    if _recorder is not None:
         interval_ps, samples = eng.samples()
-        recorder.append(dict(cfg=cfg, topo=topo, graph=graph, result=result, sample_ps=interval_ps,
+        _recorder.append(dict(cfg=cfg, topo=topo, graph=graph, result=result, sample_ps=interval_ps,
                              samples=samples))
     if raise_on_stuck and stuck:
         why = f"no progress for {cfg.sim.watchdog_ns:g} ns" if outcome == kernel.STUCK else "no event left"
@@ -430,3 +421,61 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                               f"{totals['tasks_left']} tasks and {totals['packets_live']} packets pending: "
                               + stuck_text(result.stuck), stuck=result.stuck)
     return result
+
+
+def _run_one(cfg, topo, graph, engine, faults, progress, slice_events, transfers, specs, alive, retired, rank_map,
+             migrate, n_tasks):
+    """run() as one engine: (outcome, engine, fault schedule or None, wall s of the run)."""
+    from fabric.failover import Schedule
+    # no per-transfer table asked for and no permanent fault to rewind flows: transfer records are built as issued
+    # and released once done (1 M x 128 B for a decode step, 2 GB at 1024 ranks, down to those in flight)
+    eng = make_engine(cfg, topo, graph, engine, retire_transfers=not transfers and not specs, rank_map=rank_map)
+    schedule = Schedule(specs, topo, cfg, alive, retired, migrate) if specs else None
+    for kind, ch, n, k in faults:
+        eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
+    if _recorder is not None:      # a timeline is being recorded: the kernel samples link counters (sample.pxi)
+        eng.enable_sampling(max(1, int(round(cfg.report.sample_ns * 1000))))
+    t0 = time.perf_counter()
+    while True:
+        due = schedule.next_ps() if schedule else None
+        if due is None:
+            outcome = eng.run(max_events=slice_events)
+        else:                 # stop at the next fault action and apply it there (fabric.faults)
+            outcome = eng.run(max_events=slice_events, until_ps=due)
+            # due now: the run stopped before it, or ran dry with work waiting for it (a dead link's reroute)
+            if eng.next_event_ps > due and (outcome == kernel.PAUSED or
+                                            (outcome == kernel.DONE and eng.totals()["tasks_left"] > 0)):
+                schedule.apply_due(eng, due)
+                outcome = "partition" if schedule.stopped else kernel.PAUSED
+        if progress is not None:
+            progress(eng.events, eng.now_ps, 1.0 - eng.totals()["tasks_left"] / max(n_tasks, 1))
+        if outcome == kernel.STUCK and schedule is not None and schedule.takeover_ps is not None:
+            outcome = "partition"     # what is left waits for the migrating ranks: the segment ends (fabric.migration)
+        if outcome != kernel.PAUSED:
+            break
+    return outcome, eng, schedule, time.perf_counter() - t0
+
+
+def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int = 2, slice_events: int = 2_000_000,
+              progress=None):
+    """The graph's independent parts (fabric.parts) run as separate engines, `jobs` at a time, after the whole
+    run's checks and with its address translation, kernel parameters and route graph made once: (outcome, the
+    parts' run (reads like an Engine), wall s of set-up and run), or None when the graph is one part. run(jobs=N)
+    uses it; fabric-bench times it as a stage."""
+    from fabric import parts
+    topo_arrays, graph_arrays = as_arrays(topo), as_arrays(graph)
+    check_run(cfg, topo_arrays, graph_arrays, engine)
+    planned = parts.plan(topo_arrays, graph_arrays)
+    if planned is None:
+        return None
+    kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays)
+    planned[0].graph = kernel_graph
+    params = kernel_params(cfg, topo, engine=engine)
+    hop, at1 = kernel.route_graph_of(topo_arrays)
+    shared_topo = dict(topo_arrays, route_hop=hop, path_at1=at1)
+    eng = parts.PartsRun(lambda g: kernel.Engine(params, shared_topo, g, engine == "analytic", xlate=xlate,
+                                                 retire_transfers=True),
+                         planned[0], len(graph_arrays["kind"]), planned[1], jobs)
+    t0 = time.perf_counter()
+    outcome = eng.run(slice_events, progress)
+    return outcome, eng, time.perf_counter() - t0

@@ -65,6 +65,10 @@ def csr_transpose(ptr: np.ndarray, idx: np.ndarray, n: int) -> tuple[np.ndarray,
 def transfer_load(kind: np.ndarray, op: np.ndarray, nbytes: np.ndarray, rank: np.ndarray, peer: np.ndarray,
                   duration: np.ndarray, pair_ptr: np.ndarray | None, path_ptr: np.ndarray | None, n_ranks: int,
                   payload_B: int, mrrs_B: int) -> tuple[float, float, float, int, float]: ...
+def rank_pairs(kind: np.ndarray, rank: np.ndarray, peer: np.ndarray, succ_ptr: np.ndarray, succ_idx: np.ndarray,
+               n_ranks: int) -> tuple[np.ndarray, np.ndarray]: ...
+# routes.pxi: the route graph once, for several engines (fabric/parts.py)
+def route_graph_of(topo: dict) -> tuple[np.ndarray, np.ndarray]: ...
 # report.pxi: what a stuck run waits for (Engine.stuck_report)
 WAIT_COLS: tuple[str, ...]
 HOLD_NONE: int

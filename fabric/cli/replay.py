@@ -110,18 +110,23 @@ def render_migration(m: dict) -> list[str]:
 @click.option("--quiet", is_flag=True, help="no progress bar, print only the TPOT line")
 @timeline_option()
 @fault_option()
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
+              help="threads that run the step's independent parts, e.g. data-parallel replicas (fabric.parts)  "
+                   "[default: the cores available; 1: one engine; the report is identical]")
 @click.option("--migrate", is_flag=True, default=False,
               help="a rank a fault cuts off hands its work to a spare (topology.spares) and the step finishes "
                    "(manager.migrate; docs/faults.md)")
 @friendly
-def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path, faults, migrate):
+def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path, faults, jobs, migrate):
     check_writable(json_path)
     check_writable(timeline_path, "--timeline")
     from fabric.replay import replay
+    from fabric.tools.pool import default_jobs
     cfg = load(preset, config_file, sets, seed, overrides={"manager.migrate": True} if migrate else None,
                faults=faults)
     with progress_bar(not quiet) as progress:
-        r = replay(trace, cfg, engine=engine, preset=preset, progress=progress, timeline=timeline_path)
+        r = replay(trace, cfg, engine=engine, preset=preset, progress=progress, timeline=timeline_path,
+                   jobs=jobs or default_jobs())
     if quiet:
         click.echo(f"TPOT {r['tpot_us']:.1f} us ({r['tokens_per_s']:.1f} tokens/s)")
     else:

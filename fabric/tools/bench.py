@@ -62,8 +62,10 @@ QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
 def _replay_stages(case: str):
     """replay-sd200[-analytic] (the shipped DeepSeek-R1 step) or replay-1024[-analytic] (its 16 DP replicas on
     sd200-1024, workload deepseek-r1-dp16-tp64) end to end, each stage timed: read (or capture), topology (build and
-    route), lower, engine (Engine() construction), run, report (critical path split by layer, and summaries). Returns
-    the RunResult with .stages = {stage: seconds}."""
+    route), lower, engine (Engine() construction), run, report (critical path split by layer, and summaries). A step
+    of independent parts (fabric.parts: the 16 replicas) runs them on every core as fabric-replay does, each part's
+    engine built in its thread: its stage "run" holds that set-up too ("engine" 0). Returns the RunResult with
+    .stages = {stage: seconds}."""
     import fabric.cli.common  # noqa: F401  (the commands' malloc setting: the peak RSS fabric-replay has)
     from fabric import sim
     from fabric import trace as tracemod
@@ -72,6 +74,7 @@ def _replay_stages(case: str):
     from fabric.lower import lower
     from fabric.network import shared
     from fabric.report import collective_summary, link_summary, step_summary, task_layers
+    from fabric.tools.pool import default_jobs
     engine = "analytic" if case.endswith("-analytic") else "packet"
     big = case.startswith("replay-1024")
     st, t = {}, time.perf_counter()
@@ -86,11 +89,17 @@ def _replay_stages(case: str):
     st["topology"], t = time.perf_counter() - t, time.perf_counter()
     graph = lower(tr, cfg)
     st["lower"], t = time.perf_counter() - t, time.perf_counter()
-    eng = sim.make_engine(cfg, topo, graph, engine, retire_transfers=True)  # as fabric-replay: run(transfers=False)
-    st["engine"], t = time.perf_counter() - t, time.perf_counter()
-    while eng.run(max_events=2_000_000) == kernel.PAUSED:
-        pass
-    st["run"], t = time.perf_counter() - t, time.perf_counter()
+    # as fabric-replay: independent parts (fabric.parts) on every core, their engines built in their threads
+    parted = sim.run_parts(cfg, topo, graph, engine, default_jobs()) if default_jobs() > 1 else None
+    if parted is not None:
+        eng = parted[1]
+        st["engine"], st["run"], t = 0.0, time.perf_counter() - t, time.perf_counter()
+    else:
+        eng = sim.make_engine(cfg, topo, graph, engine, retire_transfers=True)  # as fabric-replay: run(transfers=False)
+        st["engine"], t = time.perf_counter() - t, time.perf_counter()
+        while eng.run(max_events=2_000_000) == kernel.PAUSED:
+            pass
+        st["run"], t = time.perf_counter() - t, time.perf_counter()
     start, end = eng.task_times()
     counters = {k: v.copy() for k, v in eng.counters().items()}
     res = sim.RunResult(engine=engine, outcome="done", now_ps=eng.now_ps, events=eng.events, wall_s=st["run"],

@@ -316,3 +316,30 @@ def transfer_load(kind_a, op_a, nbytes_a, rank_a, peer_a, duration_a, pair_ptr_a
                 hops = max(<double>(path_ptr[first + 1] - path_ptr[first]), 1.0)
             hops_total += pk * hops
     return packets, hops_total, total_B, n_xfer, busy
+
+
+def rank_pairs(kind_a, rank_a, peer_a, succ_ptr_a, succ_idx_a, int64_t n_ranks):
+    """For fabric/parts.py, one pass over a graph's tasks and edges (50 M at 1024 ranks: no per-edge temporaries):
+    (transfer pairs, dependency pairs), uint8[R * R] each. transfer[a * R + b] = 1 when a transfer joins ranks a and
+    b (a != b, both ranks), in both directions; dependency[a * R + b] = 1 when a task on rank a precedes one on b."""
+    cdef const int8_t[::1] kind = np.ascontiguousarray(kind_a, np.int8)
+    cdef const int32_t[::1] rank = np.ascontiguousarray(rank_a, np.int32)
+    cdef const int32_t[::1] peer = np.ascontiguousarray(peer_a, np.int32)
+    cdef const int64_t[::1] succ_ptr = np.ascontiguousarray(succ_ptr_a, np.int64)
+    cdef const int32_t[::1] succ = np.ascontiguousarray(succ_idx_a, np.int32)
+    xf_a = np.zeros(n_ranks * n_ranks, np.uint8)
+    dep_a = np.zeros(n_ranks * n_ranks, np.uint8)
+    cdef uint8_t[::1] xf = xf_a
+    cdef uint8_t[::1] dep = dep_a
+    cdef int64_t t, e, r, q
+    with nogil:
+        for t in range(kind.shape[0]):
+            r = rank[t]
+            if kind[t] == T_TRANSFER:
+                q = peer[t]
+                if 0 <= q < n_ranks and q != r:
+                    xf[r * n_ranks + q] = 1
+                    xf[q * n_ranks + r] = 1
+            for e in range(succ_ptr[t], succ_ptr[t + 1]):
+                dep[r * n_ranks + rank[succ[e]]] = 1
+    return xf_a, dep_a

@@ -176,8 +176,21 @@ cdef int setup_routes(SimC* s, dict keep, dict topo) except -1:
     keep["path_hv"] = np.ascontiguousarray(hv, dtype=np.int32)
     s.path_hv = <int32_t*>cnp.PyArray_DATA(keep["path_hv"])
     n_paths = pp.size - 1 if pp.size else 0
-    s.path_at1 = <int32_t*>keep_full(keep, "path_at1", n_paths, np.int32, -1)
-    build_route_graph(s, n_paths, s.path_at1)
+    if topo.get("route_hop") is None:
+        s.path_at1 = <int32_t*>keep_full(keep, "path_at1", n_paths, np.int32, -1)
+        build_route_graph(s, n_paths, s.path_at1)
+        return 0
+    # built once for these routes (route_graph) and shared by several engines: each takes its own copy
+    hop = np.ascontiguousarray(topo["route_hop"], np.int32)
+    at1 = topo["path_at1"]
+    if hop.ndim != 2 or hop.shape[1] != 2 or len(at1) != n_paths:
+        raise ValueError("route_hop / path_at1 do not belong to these routes (use kernel.route_graph_of(topo))")
+    s.path_at1 = <int32_t*>keep_array(keep, "path_at1", at1, np.int32)
+    s.n_hop = hop.shape[0]
+    s.hop = <HopC*>malloc(<size_t>max(s.n_hop, 1) * sizeof(HopC))
+    if s.hop == NULL:
+        raise MemoryError("route graph")
+    memcpy(s.hop, cnp.PyArray_DATA(hop), <size_t>s.n_hop * sizeof(HopC))
     return 0
 
 
@@ -358,6 +371,11 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire) except -1:
                 n_loads += s.t_op[t] == 1
     n_xf = n_first + n_loads
     s.x_addr = <int64_t*>keep_full(keep, "x_addr", n_xf, np.int64, -1)
+    s.x_flow = NULL
+    if graph.get("xf_flow") is not None:
+        if len(graph["xf_flow"]) != n_xf:
+            raise ValueError(f"xf_flow has {len(graph['xf_flow'])} flow ids for {n_xf} transfers")
+        s.x_flow = <int32_t*>keep_view(keep, "x_flow", graph["xf_flow"], np.int32)
     s.n_xf = n_xf
     s.n_first = n_first
     s.n_loads = n_loads
@@ -454,8 +472,9 @@ cdef void retire_xfer(SimC* s, int32_t x) noexcept nogil:
 
 cdef void init_xfer(SimC* s, XferC* xf, int32_t x, int32_t src, int32_t dst, int64_t nbytes, int32_t task,
                     int8_t kind, int8_t cls, int32_t partner) noexcept nogil:
-    """Transfer x (record xf): src -> dst, nbytes; its path (the flow id x picks among the pair's candidates) and
-    first hops; an Unsupported Request when an end is no rank or no path joins them."""
+    """Transfer x (record xf): src -> dst, nbytes; its path (its flow id, x or x_flow[x], picks among the pair's
+    candidates) and first hops; an Unsupported Request when an end is no rank or no path joins them."""
+    cdef int32_t flow = s.x_flow[x] if s.x_flow != NULL else x
     memset(xf, 0, sizeof(XferC))
     xf.total_B = nbytes
     xf.avail_B = 0 if kind == 2 else nbytes
@@ -466,12 +485,12 @@ cdef void init_xfer(SimC* s, XferC* xf, int32_t x, int32_t src, int32_t dst, int
         xf.status = 1            # Unsupported Request: no accelerator there
         xf.path = -1
         return
-    xf.path = choose_path(s, src, dst, x) if src != dst else -1
+    xf.path = choose_path(s, src, dst, flow) if src != dst else -1
     if src != dst and xf.path < 0:
         xf.status = 1
     if xf.path >= 0:
         if not s.analytic:       # end-to-end grants: packets only
-            xf.grant_ps = return_latency(s, dst, src, x)
+            xf.grant_ps = return_latency(s, dst, src, flow)
         xf.hv0 = s.path_hv[s.path_ptr[xf.path]]
         xf.at1 = s.path_at1[xf.path]
         xf.hops = <int16_t>path_len(s, xf.path)

@@ -450,6 +450,8 @@ cdef struct SimC:
     int32_t samp_n                 # rows filled: row i is the state at (i + 1) x sample_ps
     # ---- address translation at the ingress port (endpoint.pxi: translate; docs/kernel.md §Address translation)
     int64_t* x_addr                # per transfer: host address in its issuer's host domain (-1: addressed by rank)
+    int32_t* x_flow                # per transfer: the flow id that picks its path (NULL: its own index x); a
+                                   # part of a split run keeps the whole run's ids (fabric.parts)
     int32_t n_dom                  # host domains with a shadow-window table
     int64_t* w_ptr                 # CSR: each domain's windows (sorted by base, at most endpoint.shadow_windows)
     int64_t* w_base                # per window: host base, size, global target base, owner rank
