@@ -183,9 +183,6 @@ def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> di
     )
 
 
-_SLICE = 1 << 16      # tasks per slice of kernel_inputs' address translation
-
-
 def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, dict | None]:
     """The graph's arrays for the kernel and the shadow-window tables its ingress ports translate through: a graph
     whose transfers carry global addresses (`addr`, from the lowering) gets `host_addr`, each address as its
@@ -198,20 +195,9 @@ def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, 
     addr = g.get("addr")
     if g.get("host_addr") is None and (addr is None or not (np.asarray(addr) >= 0).any()):
         return g, None
-    t = as_arrays(topo)
     amap = build_address_map(topo, cfg)
-    if g.get("host_addr") is None:
-        addr, rank = np.asarray(addr, np.int64), np.asarray(g["rank"])
-        node_domain, R = np.asarray(t["node_domain"]), int(t["n_ranks"])
-        host = np.empty(len(addr), np.int64)
-        # in slices: the translation's ~10 temporaries per address stay small and reused (18 M tasks at 1024
-        # ranks would otherwise fault in ~1.4 GB of fresh pages; slices of 1 M tasks were the shipped step's peak
-        # RSS once its transfer records were released, 57 MB above the arrays, 64 K add 2 MB and are no slower)
-        for lo in range(0, len(addr), _SLICE):
-            a = addr[lo:lo + _SLICE]
-            dom = node_domain[np.clip(rank[lo:lo + _SLICE], 0, R - 1)]
-            host[lo:lo + _SLICE] = np.where(a >= 0, amap.to_host_array(dom, a), -1)
-        g = dict(g, host_addr=host)
+    if g.get("host_addr") is None:      # one pass in C, no temporaries (18 M tasks at 1024 ranks)
+        g = dict(g, host_addr=amap.issuer_host_array(g["rank"], addr))
     tables = amap.kernel_tables(cfg.endpoint.shadow_windows)
     if rank_map is not None:
         tables["w_rank"] = np.asarray(rank_map, np.int32)[tables["w_rank"]]

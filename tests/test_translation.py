@@ -156,6 +156,20 @@ def test_to_host_array_matches_to_host(rows):
         assert h == (want.host_addr if want.ok else 0)
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, R + 2), st.one_of(st.integers(-(1 << 62), R * W - 1),
+                                                            st.integers(R * W, (1 << 63) - 1))),
+                min_size=1, max_size=30))
+def test_issuer_host_array_is_to_host_in_the_issuers_domain(rows):
+    """What sim.kernel_inputs hands the kernel: each address as its issuing rank's domain sees it (the rank clipped
+    into range), a negative one -1 (addressed by rank), one past the global map 0 (an Unsupported Request)."""
+    rank, g = (np.array(c, np.int64) for c in zip(*rows))
+    got = AMAP.issuer_host_array(rank, g)
+    for r, a, h in zip(rank, g, got):
+        want = AMAP.to_host(int(TOPO.node_domain[min(max(r, 0), R - 1)]), int(a))
+        assert h == (-1 if a < 0 else want.host_addr if want.ok else 0)
+
+
 @pytest.mark.parametrize("sets,fix", [({"endpoint.xlate_cache_entries": 6}, "x a power of two"),
                                       ({"endpoint.xlate_page_bytes": 3000}, "must be a power of two")])
 def test_bad_translation_cache_geometry_is_one_config_error(sets, fix):

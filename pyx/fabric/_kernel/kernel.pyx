@@ -8,7 +8,7 @@
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy, memmove
 from libc.math cimport log, log1p, expm1, ceil, INFINITY
-from posix.mman cimport madvise, MADV_DONTNEED
+from posix.mman cimport madvise, MADV_DONTNEED, MADV_HUGEPAGE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, INT64_MAX
 cimport numpy as cnp
 import numpy as np
@@ -21,6 +21,7 @@ KERNEL_VERSION = "0.1.0"
 
 DONE, PAUSED, STUCK = R_DONE, R_PAUSED, R_STUCK
 DAMAGED_BIT = PK_DAMAGED_BIT   # bit of a packet's offset that a corrupted unit let in sets (its checksum changes)
+PATH_UNBUILT = AT1_UNBUILT      # route_graph()'s at1 of a path the analytic engine's transfers do not take
 
 # fault kinds
 FAULT_CORRUPT_FLIT = 0   # corrupt flits n .. n+k-1 sent on a channel
@@ -247,7 +248,8 @@ cdef class Engine:
 
     def route_graph(self):
         """The route graph packets walk (copies): hv[n] = channel << vcl_bits | VC level of node n's hop, next[n] =
-        the node after it (-1: last hop), at1[p] = node of path p's second hop (-1: one hop)."""
+        the node after it (-1: last hop), at1[p] = node of path p's second hop (-1: one hop; PATH_UNBUILT: the
+        analytic engine holds only the paths its transfers take)."""
         cdef int64_t i
         hv = np.empty(self.s.n_hop, np.int32)
         nxt = np.empty(self.s.n_hop, np.int32)
