@@ -322,7 +322,8 @@ _recorder: list | None = None   # fabric.timeline.recording(): runs append their
 def make_engine(cfg: FabricConfig, topo, graph, engine: str = "packet", *, retire_transfers: bool = False,
                 rank_map=None):
     """The kernel Engine that `run` drives, after the checks a run needs (VC levels, switch legs, size); the task
-    graph's host addresses are translated (kernel_inputs) and dropped once the engine has copied them."""
+    graph's host addresses are translated (kernel_inputs) into an array the engine then packs its transfers'
+    addresses into (Engine own_addresses: no second copy)."""
     topo_arrays = as_arrays(topo)
     need = 2 * int(topo_arrays["vc_levels"])
     if cfg.link.vcs < need:
@@ -333,7 +334,8 @@ def make_engine(cfg: FabricConfig, topo, graph, engine: str = "packet", *, retir
     check_size(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
     return kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
-                         xlate=xlate, retire_transfers=retire_transfers)
+                         xlate=xlate, retire_transfers=retire_transfers,
+                         own_addresses=kernel_graph.get("host_addr") is not graph_arrays.get("host_addr"))
 
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabric import sim
+from fabric._check_build import kernel
 from fabric.address import GIB, HOST_BASE, build_address_map
 from fabric.config import load_config
 from fabric.lower import lower
@@ -124,6 +125,28 @@ def test_lowering_addresses_every_store_in_the_peer_window():
     for t in np.flatnonzero(xf)[:200]:
         tr = AMAP.translate(int(TOPO.node_domain[g.rank[t]]), int(graph["host_addr"][t]), int(g.nbytes[t]))
         assert tr.ok and tr.dst_rank == g.peer[t] and tr.global_addr == g.addr[t]
+
+
+@pytest.mark.parametrize("analytic", [False, True])
+def test_engine_packing_addresses_into_kernel_inputs_array_changes_nothing(analytic):
+    """sim.make_engine lets the Engine pack its transfers' addresses into the host_addr array kernel_inputs made
+    (own_addresses); the run is the one a copy gives, and a host_addr the caller passed in is left as it was."""
+    cfg = load_config(preset="sd200")
+    g = lower(read("traces/toy-mla-tp8.h5"), cfg)
+    graph, tables = sim.kernel_inputs(cfg, TOPO, g)
+    given = graph["host_addr"].copy()
+    ends = []
+    for own in (False, True):
+        eng = kernel.Engine(sim.kernel_params(cfg, TOPO), sim.as_arrays(TOPO), dict(graph), analytic, xlate=tables,
+                            own_addresses=own)
+        while eng.run() == kernel.PAUSED:
+            pass
+        ends.append((eng.task_times()[1].copy(), eng.translations()))
+        assert (graph["host_addr"] == given).all() != own          # packed in place: transfers come first
+    assert (ends[0][0] == ends[1][0]).all() and ends[0][1] == ends[1][1]
+    kept = dict(sim.as_arrays(g), host_addr=given.copy())
+    sim.run(cfg, TOPO, kept, engine="analytic" if analytic else "packet")
+    assert (kept["host_addr"] == given).all()
 
 
 def test_free_translation_walk_reproduces_the_rank_addressed_replay():

@@ -37,21 +37,6 @@ cdef void* keep_full(dict keep, str name, Py_ssize_t n, object dtype, object fil
     return cnp.PyArray_DATA(a)
 
 
-cdef void* huge_alloc(size_t n) noexcept:
-    """n bytes, 64 B aligned, from 2 MiB up on transparent huge pages where the system has them: a record array
-    written once through at set-up (the analytic engine's transfers: 500 MB at 1024 ranks) then faults once per
-    2 MiB, not once per 4 KiB page (0.03 s for 500 MB here, not 0.2 s). NULL when out of memory; free() releases
-    it."""
-    cdef size_t huge = 2 << 20
-    cdef void* p
-    if n < huge:
-        return aligned_alloc(64, (n + 63) // 64 * 64)
-    p = aligned_alloc(huge, (n + huge - 1) // huge * huge)
-    if p != NULL:
-        madvise(p, (n + huge - 1) // huge * huge, MADV_HUGEPAGE)
-    return p
-
-
 cdef int setup_params(SimC* s, dict p, dict topo, bint analytic, bint skip_settled, bint phy_countdown,
                       int32_t replay_ring_slots) except -1:
     """Scalar parameters (ps, bytes, flits) and the switches of Engine's keyword arguments."""
@@ -405,7 +390,7 @@ def host_addresses(const int64_t[::1] g, const int32_t[::1] who, const int32_t[:
     return out
 
 
-cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire) except -1:
+cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire, bint own_addr) except -1:
     """One XferC per transfer task, and for a load a second one, its response flow (data from the owner back to the
     requester), after all the first ones; the task -> transfer map and each transfer's address. The records are
     built here (init_transfer), or with retire (packet engine) when their task is issued, in chunks of XF_CHUNK
@@ -427,13 +412,19 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire) except -1:
                 n_first += 1
                 n_loads += s.t_op[t] == 1
     n_xf = n_first + n_loads
-    s.x_addr = <int64_t*>keep_empty(keep, "x_addr", n_first, np.int64)    # a response flow is not addressed
+    host = graph.get("host_addr")
+    if own_addr and isinstance(host, np.ndarray) and host.dtype == np.int64 and host.flags.c_contiguous \
+            and host.flags.writeable and host.size >= max(n_first, 1):
+        keep["x_addr"] = host             # transfer x's address goes to host[x], x <= its task: read before written
+        s.x_addr = <int64_t*>cnp.PyArray_DATA(host)
+    else:                                 # a response flow is not addressed: the first transfers only
+        s.x_addr = <int64_t*>keep_empty(keep, "x_addr", n_first, np.int64)
     s.n_xf = n_xf
     s.n_first = n_first
     s.n_loads = n_loads
     s.xf_lazy = retire and not s.analytic
     if s.analytic:        # its compact records, each filled from a scratch XferC (the same set-up as the packets')
-        s.ax = <AnXC*>huge_alloc(<size_t>(max(n_xf, 1) + 1) // 2 * 2 * sizeof(AnXC))
+        s.ax = <AnXC*>aligned_alloc(64, <size_t>(max(n_xf, 1) + 1) // 2 * 2 * sizeof(AnXC))
         if s.ax == NULL:
             raise MemoryError("transfers")
     elif s.xf_lazy:       # whole chunks, each on its own huge page, untouched until a record in it is built
