@@ -193,7 +193,7 @@ def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, 
     from fabric.address import build_address_map
     g = as_arrays(graph)
     addr = g.get("addr")
-    if g.get("host_addr") is None and (addr is None or not (np.asarray(addr) >= 0).any()):
+    if g.get("host_addr") is None and (addr is None or not len(addr) or np.max(addr) < 0):
         return g, None
     amap = build_address_map(topo, cfg)
     if g.get("host_addr") is None:      # one pass in C, no temporaries (18 M tasks at 1024 ranks)
