@@ -8,7 +8,7 @@
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy, memmove
 from libc.math cimport log, log1p, expm1, ceil, INFINITY
-from posix.mman cimport madvise, MADV_DONTNEED
+from posix.mman cimport madvise, MADV_DONTNEED, MADV_NOHUGEPAGE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, INT64_MAX
 cimport numpy as cnp
 import numpy as np
