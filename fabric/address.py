@@ -28,6 +28,7 @@ shadow-window table (`kernel_tables`: the same windows, bounded to endpoint.shad
 from __future__ import annotations
 
 import bisect
+import functools
 import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -95,7 +96,9 @@ class HostAddress(NamedTuple):
 
 
 class WindowTable:
-    """Non-overlapping windows sorted by base; lookups by bisection (scalar) or searchsorted (arrays)."""
+    """Non-overlapping windows sorted by base, held as arrays; lookups by bisection (scalar) or searchsorted
+    (arrays). `windows` (Window records) are made when first read: an AddressMap of 1024 ranks has 128 tables of
+    1024 windows, which the kernel and the vectorised lookups read only as arrays."""
 
     def __init__(self, windows, what: str = "address map"):
         ws = sorted(windows, key=lambda w: (w.base, w.size))
@@ -109,17 +112,37 @@ class WindowTable:
             if b.base < a.end:
                 raise AddressError(f"{what}: window of rank {b.rank} [{b.base:#x}, {b.end:#x}) overlaps window of "
                                    f"rank {a.rank} [{a.base:#x}, {a.end:#x})")
+        self._set(what, [w.base for w in ws], [w.size for w in ws], [w.target for w in ws], [w.rank for w in ws],
+                  [w.shadow for w in ws])
+        self.__dict__["windows"] = ws
+
+    @classmethod
+    def of_arrays(cls, what: str, base, size, target, rank, shadow) -> "WindowTable":
+        """A table of windows already checked: sorted by base, each of size > 0, inside 63-bit addresses, none
+        overlapping (AddressMap's, whose layout guarantees it once its extent fits)."""
+        t = cls.__new__(cls)
+        t._set(what, base, size, target, rank, shadow)
+        return t
+
+    def _set(self, what, base, size, target, rank, shadow) -> None:
         self.what = what
-        self.windows: list[Window] = ws
-        self._bases = [w.base for w in ws]
-        self.base = np.array(self._bases, dtype=np.int64)
-        self.size = np.array([w.size for w in ws], dtype=np.int64)
-        self.target = np.array([w.target for w in ws], dtype=np.int64)
-        self.rank = np.array([w.rank for w in ws], dtype=np.int32)
-        self.shadow = np.array([w.shadow for w in ws], dtype=bool)
+        self.base = np.array(base, dtype=np.int64)
+        self.size = np.array(size, dtype=np.int64)
+        self.target = np.array(target, dtype=np.int64)
+        self.rank = np.array(rank, dtype=np.int32)
+        self.shadow = np.array(shadow, dtype=bool)
+
+    @functools.cached_property
+    def windows(self) -> list[Window]:
+        return [Window(int(b), int(n), int(r), int(t), bool(sh))
+                for b, n, r, t, sh in zip(self.base, self.size, self.rank, self.target, self.shadow)]
+
+    @functools.cached_property
+    def _bases(self) -> list[int]:
+        return self.base.tolist()
 
     def __len__(self) -> int:
-        return len(self.windows)
+        return len(self.base)
 
     def find(self, addr: int, nbytes: int = 1) -> int:
         """Index of the window wholly containing [addr, addr+nbytes), or -1."""
@@ -149,20 +172,34 @@ class AddressMap:
         self.n_ranks = R = len(self.rank_domain)
         self.window_bytes = W = int(window_bytes)
         self.global_base, self.host_base = int(global_base), int(host_base)
-        self.global_windows = WindowTable(
-            [Window(global_base + r * W, W, r, global_base + r * W) for r in range(R)], "global address map")
         self.domains: dict[int, WindowTable] = {}
+        domains = sorted(set(self.rank_domain.tolist()) - {-1})
+        # slot[h][r]: where host domain h sees rank r (its local windows first, then the shadow ones, each by rank)
+        self._slots = np.full((max(domains, default=-1) + 1, R), -1, np.int64)
         self._host_slot: dict[int, np.ndarray] = {}
-        for h in sorted(set(self.rank_domain.tolist()) - {-1}):
-            local = [r for r in range(R) if self.rank_domain[r] == h]
-            remote = [r for r in range(R) if self.rank_domain[r] != h]
-            order = local + remote
-            wins = [Window(host_base + i * W, W, r, global_base + r * W, shadow=bool(self.rank_domain[r] != h))
-                    for i, r in enumerate(order)]
-            self.domains[h] = WindowTable(wins, f"host domain {h} address map")
-            slot = np.empty(R, dtype=np.int64)
-            slot[order] = np.arange(R)
-            self._host_slot[h] = slot
+        if not (W > 0 and min(global_base, host_base) >= 0 and max(global_base, host_base) + R * W <= ADDR_LIMIT):
+            self._checked_tables(domains)          # one of its windows is malformed: it says which
+        ranks = np.arange(R, dtype=np.int64)
+        at = ranks * W                             # fits: checked above
+        self.global_windows = WindowTable.of_arrays("global address map", global_base + at, np.full(R, W), global_base
+                                                    + at, ranks, np.zeros(R, bool))
+        for h in domains:
+            local = self.rank_domain == h
+            order = np.concatenate([np.flatnonzero(local), np.flatnonzero(~local)])
+            self.domains[h] = WindowTable.of_arrays(f"host domain {h} address map", host_base + at, np.full(R, W),
+                                                    global_base + order * W, order, ~local[order])
+            self._slots[h, order] = ranks
+            self._host_slot[h] = self._slots[h]
+
+    def _checked_tables(self, domains) -> None:
+        """The tables as Window records, each checked by WindowTable: raises AddressError naming the first bad one."""
+        R, W, gb, hb = self.n_ranks, self.window_bytes, self.global_base, self.host_base
+        WindowTable([Window(gb + r * W, W, r, gb + r * W) for r in range(R)], "global address map")
+        for h in domains:
+            order = [r for r in range(R) if self.rank_domain[r] == h] + [r for r in range(R)
+                                                                          if self.rank_domain[r] != h]
+            WindowTable([Window(hb + i * W, W, r, gb + r * W, shadow=bool(self.rank_domain[r] != h))
+                         for i, r in enumerate(order)], f"host domain {h} address map")
 
     # ------------------------------------------------------------ helpers for building addresses
     def global_addr(self, rank: int, offset: int = 0) -> int:
@@ -212,20 +249,22 @@ class AddressMap:
     def to_host_array(self, domains, global_addrs) -> np.ndarray:
         """Vectorised `to_host`: host addresses in each element's own domain (int64); an address outside the global
         map, or a domain without a view, gives 0 (the host's own memory, in no window: an Unsupported Request)."""
-        g = np.asarray(global_addrs, np.int64)
-        dom = np.asarray(domains, np.int64)
-        # the global map is rank r's window at global_base + r x window_bytes (__init__): a division finds it
-        rel = g - self.global_base
-        i = np.where((rel >= 0) & (rel < self.n_ranks * self.window_bytes), rel // self.window_bytes, -1)
-        rank = np.where(i >= 0, i, 0)
-        slots = np.full((max(int(dom.max(initial=-1)), max(self.domains, default=-1)) + 1, self.n_ranks), -1,
-                        np.int64)
-        for h, slot in self._host_slot.items():
-            slots[h] = slot
-        slot = np.where(dom >= 0, slots[np.maximum(dom, 0), rank], -1)
-        ok = (i >= 0) & (slot >= 0)
-        off = g - (self.global_base + rank * self.window_bytes)
-        return np.where(ok, self.host_base + slot * self.window_bytes + off, 0)
+        dom, g = np.broadcast_arrays(np.asarray(domains, np.int64), np.asarray(global_addrs, np.int64))
+        who = np.clip(dom, -1, len(self._slots)).astype(np.int32).ravel()      # -1 and past the last: no view
+        return self._host_addresses(g.ravel(), who, None, 0).reshape(g.shape)
+
+    def issuer_host_array(self, ranks, global_addrs) -> np.ndarray:
+        """Each global address as the domain of the rank that issues it sees it (`to_host_array` in domain
+        rank_domain[rank], the rank clipped into range), a negative one (addressed by rank) -1: what the issuing
+        program writes, and fabric.sim hands the kernel."""
+        return self._host_addresses(np.asarray(global_addrs, np.int64), np.asarray(ranks, np.int32),
+                                    self.rank_domain, -1)
+
+    def _host_addresses(self, g, who, domain_of, unaddressed: int) -> np.ndarray:
+        """One pass in C (the kernel's host_addresses: no temporaries per address, 18 M of them at 1024 ranks)."""
+        from fabric._check_build import kernel
+        return kernel.host_addresses(np.ascontiguousarray(g), np.ascontiguousarray(who), domain_of, self._slots,
+                                     self.global_base, self.window_bytes, self.host_base, unaddressed)
 
     def kernel_tables(self, entries: int = 0) -> dict:
         """Every domain's window table for the kernel (Engine's xlate): CSR w_ptr over domains 0..max, w_base,

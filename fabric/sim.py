@@ -183,9 +183,6 @@ def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> di
     )
 
 
-_SLICE = 1 << 16      # tasks per slice of kernel_inputs' address translation
-
-
 def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, dict | None]:
     """The graph's arrays for the kernel and the shadow-window tables its ingress ports translate through: a graph
     whose transfers carry global addresses (`addr`, from the lowering) gets `host_addr`, each address as its
@@ -196,22 +193,11 @@ def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, 
     from fabric.address import build_address_map
     g = as_arrays(graph)
     addr = g.get("addr")
-    if g.get("host_addr") is None and (addr is None or not (np.asarray(addr) >= 0).any()):
+    if g.get("host_addr") is None and (addr is None or not len(addr) or np.max(addr) < 0):
         return g, None
-    t = as_arrays(topo)
     amap = build_address_map(topo, cfg)
-    if g.get("host_addr") is None:
-        addr, rank = np.asarray(addr, np.int64), np.asarray(g["rank"])
-        node_domain, R = np.asarray(t["node_domain"]), int(t["n_ranks"])
-        host = np.empty(len(addr), np.int64)
-        # in slices: the translation's ~10 temporaries per address stay small and reused (18 M tasks at 1024
-        # ranks would otherwise fault in ~1.4 GB of fresh pages; slices of 1 M tasks were the shipped step's peak
-        # RSS once its transfer records were released, 57 MB above the arrays, 64 K add 2 MB and are no slower)
-        for lo in range(0, len(addr), _SLICE):
-            a = addr[lo:lo + _SLICE]
-            dom = node_domain[np.clip(rank[lo:lo + _SLICE], 0, R - 1)]
-            host[lo:lo + _SLICE] = np.where(a >= 0, amap.to_host_array(dom, a), -1)
-        g = dict(g, host_addr=host)
+    if g.get("host_addr") is None:      # one pass in C, no temporaries (18 M tasks at 1024 ranks)
+        g = dict(g, host_addr=amap.issuer_host_array(g["rank"], addr))
     tables = amap.kernel_tables(cfg.endpoint.shadow_windows)
     if rank_map is not None:
         tables["w_rank"] = np.asarray(rank_map, np.int32)[tables["w_rank"]]
@@ -346,12 +332,14 @@ def check_run(cfg: FabricConfig, topo_arrays: dict, graph_arrays: dict, engine: 
 def make_engine(cfg: FabricConfig, topo, graph, engine: str = "packet", *, retire_transfers: bool = False,
                 rank_map=None):
     """The kernel Engine that `run` drives, after the checks a run needs (VC levels, switch legs, size); the task
-    graph's host addresses are translated (kernel_inputs) and dropped once the engine has copied them."""
+    graph's host addresses are translated (kernel_inputs) into an array the engine then packs its transfers'
+    addresses into (Engine own_addresses: no second copy)."""
     topo_arrays, graph_arrays = as_arrays(topo), as_arrays(graph)
     check_run(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
     return kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
-                         xlate=xlate, retire_transfers=retire_transfers)
+                         xlate=xlate, retire_transfers=retire_transfers,
+                         own_addresses=kernel_graph.get("host_addr") is not graph_arrays.get("host_addr"))
 
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
@@ -471,10 +459,13 @@ def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int 
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays)
     planned[0].graph = kernel_graph
     params = kernel_params(cfg, topo, engine=engine)
-    hop, at1 = kernel.route_graph_of(topo_arrays)
-    shared_topo = dict(topo_arrays, route_hop=hop, path_at1=at1)
+    shared_topo = topo_arrays
+    if engine == "packet":      # (the analytic engine interns only the paths its part's transfers take)
+        hop, at1 = kernel.route_graph_of(topo_arrays)
+        shared_topo = dict(topo_arrays, route_hop=hop, path_at1=at1)
+    # each part's graph is a fresh copy: its engine may pack its transfers' addresses into its host_addr
     eng = parts.PartsRun(lambda g: kernel.Engine(params, shared_topo, g, engine == "analytic", xlate=xlate,
-                                                 retire_transfers=True),
+                                                 retire_transfers=True, own_addresses=True),
                          planned[0], len(graph_arrays["kind"]), planned[1], jobs)
     t0 = time.perf_counter()
     outcome = eng.run(slice_events, progress)

@@ -42,6 +42,27 @@ def test_analytic_transfer_records_match_the_packet_engines_set_up(graph):
 
 @settings(max_examples=30, deadline=None)
 @given(transfers())
+def test_analytic_route_graph_holds_exactly_the_paths_taken(graph):
+    """The analytic engine interns only the paths its transfers take (an in-switch leg crosses its one hop and takes
+    none past it; every other path stays kernel.PATH_UNBUILT), each once, and from each the walk gives its route's
+    hops from the second on, as the packet engine's graph of every path does."""
+    eng = engine(graph, True)
+    g, xf = eng.route_graph(), eng.transfers()
+    taken = np.unique(xf["path"][(xf["path"] >= 0) & (xf["kind"] != 3)])
+    built = np.flatnonzero(g["at1"] != kernel.PATH_UNBUILT)
+    np.testing.assert_array_equal(built, taken)
+    flat = (TOPO.path_ch.astype(np.int64) << g["vcl_bits"]) | TOPO.path_vcl
+    for p in taken:
+        walk, node = [], g["at1"][p]
+        while node >= 0:
+            walk.append(g["hv"][node])
+            node = g["next"][node]
+        assert walk == flat[TOPO.path_ptr[p] + 1:TOPO.path_ptr[p + 1]].tolist()
+    assert len(g["hv"]) == len(set(zip(g["hv"].tolist(), g["next"].tolist())))
+
+
+@settings(max_examples=30, deadline=None)
+@given(transfers())
 def test_analytic_engine_completes_every_task_no_earlier_than_issued(graph):
     eng = engine(graph, True)
     assert eng.run() == kernel.DONE

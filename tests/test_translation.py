@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabric import sim
+from fabric._check_build import kernel
 from fabric.address import GIB, HOST_BASE, build_address_map
 from fabric.config import load_config
 from fabric.lower import lower
@@ -126,6 +127,28 @@ def test_lowering_addresses_every_store_in_the_peer_window():
         assert tr.ok and tr.dst_rank == g.peer[t] and tr.global_addr == g.addr[t]
 
 
+@pytest.mark.parametrize("analytic", [False, True])
+def test_engine_packing_addresses_into_kernel_inputs_array_changes_nothing(analytic):
+    """sim.make_engine lets the Engine pack its transfers' addresses into the host_addr array kernel_inputs made
+    (own_addresses); the run is the one a copy gives, and a host_addr the caller passed in is left as it was."""
+    cfg = load_config(preset="sd200")
+    g = lower(read("traces/toy-mla-tp8.h5"), cfg)
+    graph, tables = sim.kernel_inputs(cfg, TOPO, g)
+    given = graph["host_addr"].copy()
+    ends = []
+    for own in (False, True):
+        eng = kernel.Engine(sim.kernel_params(cfg, TOPO), sim.as_arrays(TOPO), dict(graph), analytic, xlate=tables,
+                            own_addresses=own)
+        while eng.run() == kernel.PAUSED:
+            pass
+        ends.append((eng.task_times()[1].copy(), eng.translations()))
+        assert (graph["host_addr"] == given).all() != own          # packed in place: transfers come first
+    assert (ends[0][0] == ends[1][0]).all() and ends[0][1] == ends[1][1]
+    kept = dict(sim.as_arrays(g), host_addr=given.copy())
+    sim.run(cfg, TOPO, kept, engine="analytic" if analytic else "packet")
+    assert (kept["host_addr"] == given).all()
+
+
 def test_free_translation_walk_reproduces_the_rank_addressed_replay():
     """The default model equals the flat cost it replaced whenever the cache hits: with a free table walk the
     addressed toy step's task times equal those of the same graph addressed by rank."""
@@ -154,6 +177,20 @@ def test_to_host_array_matches_to_host(rows):
     for d, a, h in zip(dom, g, got):
         want = AMAP.to_host(int(d), int(a))
         assert h == (want.host_addr if want.ok else 0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, R + 2), st.one_of(st.integers(-(1 << 62), R * W - 1),
+                                                            st.integers(R * W, (1 << 63) - 1))),
+                min_size=1, max_size=30))
+def test_issuer_host_array_is_to_host_in_the_issuers_domain(rows):
+    """What sim.kernel_inputs hands the kernel: each address as its issuing rank's domain sees it (the rank clipped
+    into range), a negative one -1 (addressed by rank), one past the global map 0 (an Unsupported Request)."""
+    rank, g = (np.array(c, np.int64) for c in zip(*rows))
+    got = AMAP.issuer_host_array(rank, g)
+    for r, a, h in zip(rank, g, got):
+        want = AMAP.to_host(int(TOPO.node_domain[min(max(r, 0), R - 1)]), int(a))
+        assert h == (-1 if a < 0 else want.host_addr if want.ok else 0)
 
 
 @pytest.mark.parametrize("sets,fix", [({"endpoint.xlate_cache_entries": 6}, "x a power of two"),

@@ -8,7 +8,7 @@
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy, memmove
 from libc.math cimport log, log1p, expm1, ceil, INFINITY
-from posix.mman cimport madvise, MADV_DONTNEED
+from posix.mman cimport madvise, MADV_DONTNEED, MADV_NOHUGEPAGE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, INT64_MAX
 cimport numpy as cnp
 import numpy as np
@@ -21,6 +21,7 @@ KERNEL_VERSION = "0.1.0"
 
 DONE, PAUSED, STUCK = R_DONE, R_PAUSED, R_STUCK
 DAMAGED_BIT = PK_DAMAGED_BIT   # bit of a packet's offset that a corrupted unit let in sets (its checksum changes)
+PATH_UNBUILT = AT1_UNBUILT      # route_graph()'s at1 of a path the analytic engine's transfers do not take
 
 # fault kinds
 FAULT_CORRUPT_FLIT = 0   # corrupt flits n .. n+k-1 sent on a channel
@@ -79,7 +80,7 @@ cdef class Engine:
 
     def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
                  int64_t lane_min_heap=64, bint skip_settled=True, int32_t replay_ring_slots=16,
-                 bint phy_countdown=True, dict xlate=None, bint retire_transfers=False):
+                 bint phy_countdown=True, dict xlate=None, bint retire_transfers=False, bint own_addresses=False):
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays.
         event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone);
         lane_min_heap: events go to their lane only while the heap holds at least this many. Neither changes
@@ -95,7 +96,9 @@ cdef class Engine:
         retire_transfers: (packet engine) build each transfer's record when its task is issued and release them, a
         chunk at a time, once done: memory follows the transfers in flight (a decode step's layers), not all of
         them (128 B each: 2 GB at 1024 ranks). Results are the same (tests/test_retire_transfers.py); transfers()
-        and permanent faults, which read every record, are then refused."""
+        and permanent faults, which read every record, are then refused.
+        own_addresses: graph["host_addr"] is the engine's to reuse (sim.make_engine's, fresh from kernel_inputs): the
+        transfers' addresses are packed into its buffer, not into a second array (120 MB at 1024 ranks)."""
         cdef SimC* s = &self.s
         setup_params(s, p, topo, analytic, skip_settled, phy_countdown, replay_ring_slots)
         setup_channels(s, self._keep, p, topo)
@@ -105,7 +108,7 @@ cdef class Engine:
         setup_tasks(s, self._keep, p, graph)
         setup_packets(s)
         setup_xlate(s, self._keep, p, xlate)
-        setup_transfers(s, self._keep, graph, retire_transfers)
+        setup_transfers(s, self._keep, graph, retire_transfers, own_addresses)
 
     def add_fault(self, int kind, int ch, int64_t n, int64_t k=1):
         """Inject a deterministic fault (FAULT_* constants) on channel ch before run()."""
@@ -247,7 +250,8 @@ cdef class Engine:
 
     def route_graph(self):
         """The route graph packets walk (copies): hv[n] = channel << vcl_bits | VC level of node n's hop, next[n] =
-        the node after it (-1: last hop), at1[p] = node of path p's second hop (-1: one hop)."""
+        the node after it (-1: last hop), at1[p] = node of path p's second hop (-1: one hop; PATH_UNBUILT: the
+        analytic engine holds only the paths its transfers take)."""
         cdef int64_t i
         hv = np.empty(self.s.n_hop, np.int32)
         nxt = np.empty(self.s.n_hop, np.int32)

@@ -29,52 +29,66 @@ cdef int build_route_graph(SimC* s, int64_t n_paths, int32_t* at1) except -1 nog
     destination share their tails, so ~15 M route entries at 1024 ranks become ~0.3 M nodes (2 MB, cache-resident
     where the flat table was 60 MB and missed once per hop). at1[p] = node of path p's second hop (-1: one hop).
     Hash-consing, the table kept at most half full; the walk a packet makes is exactly the flat route's."""
-    cdef int64_t p, h, i, j, cap = 1024, n = 0, bits = 12
-    cdef int32_t node
-    cdef int32_t* slot = <int32_t*>malloc((<size_t>1 << bits) * sizeof(int32_t))
-    cdef HopC* hop = <HopC*>malloc(<size_t>cap * sizeof(HopC))
+    cdef RouteGraphB b
+    cdef int64_t p
+    rg_open(&b)
+    for p in range(n_paths):
+        at1[p] = rg_path(s, &b, p)
+    return rg_close(s, &b)
+
+cdef void rg_open(RouteGraphB* b) noexcept nogil:
+    """An empty route graph to intern paths into (rg_path), in the order they come."""
+    b.n = 0
+    b.cap = 1024
+    b.bits = 12
+    b.slot = <int32_t*>malloc((<size_t>1 << b.bits) * sizeof(int32_t))
+    b.hop = <HopC*>malloc(<size_t>b.cap * sizeof(HopC))
+    b.failed = b.slot == NULL or b.hop == NULL
+    if not b.failed:
+        memset(b.slot, 0xff, (<size_t>1 << b.bits) * sizeof(int32_t))
+
+cdef int32_t rg_path(SimC* s, RouteGraphB* b, int64_t p) noexcept nogil:
+    """Intern path p's suffixes, last hop first: the node of its second hop (-1: one hop, or out of memory)."""
+    cdef int64_t h = s.path_ptr[p + 1] - 1, i, j
+    cdef int32_t node = -1
     cdef void* grown
-    cdef bint failed = slot == NULL or hop == NULL
-    if not failed:
-        memset(slot, 0xff, (<size_t>1 << bits) * sizeof(int32_t))
-    p = 0
-    while p < n_paths and not failed:
-        node = -1
-        h = s.path_ptr[p + 1] - 1
-        while h > s.path_ptr[p] and not failed:
-            i = hop_slot(hop, slot, bits, s.path_hv[h], node)
-            if slot[i] >= 0:
-                node = slot[i]
-            else:                                               # a new suffix
-                if n == cap:
-                    cap *= 2
-                    grown = realloc(hop, <size_t>cap * sizeof(HopC))
-                    failed = grown == NULL
-                    if failed:
-                        break
-                    hop = <HopC*>grown
-                hop[n].hv = s.path_hv[h]
-                hop[n].next = node
-                slot[i] = <int32_t>n
-                node = <int32_t>n
-                n += 1
-                if 2 * n > (<int64_t>1 << bits):                # rehash into a table twice the size
-                    bits += 1
-                    free(slot)
-                    slot = <int32_t*>malloc((<size_t>1 << bits) * sizeof(int32_t))
-                    failed = slot == NULL
-                    if failed:
-                        break
-                    memset(slot, 0xff, (<size_t>1 << bits) * sizeof(int32_t))
-                    for j in range(n):
-                        slot[hop_slot(hop, slot, bits, hop[j].hv, hop[j].next)] = <int32_t>j
-            h -= 1
-        at1[p] = node
-        p += 1
-    free(slot)
-    s.hop = hop
-    s.n_hop = n
-    if failed:
+    while h > s.path_ptr[p] and not b.failed:
+        i = hop_slot(b.hop, b.slot, b.bits, s.path_hv[h], node)
+        if b.slot[i] >= 0:
+            node = b.slot[i]
+        else:                                                   # a new suffix
+            if b.n == b.cap:
+                grown = realloc(b.hop, <size_t>(2 * b.cap) * sizeof(HopC))
+                b.failed = grown == NULL
+                if b.failed:
+                    break
+                b.cap *= 2
+                b.hop = <HopC*>grown
+            b.hop[b.n].hv = s.path_hv[h]
+            b.hop[b.n].next = node
+            b.slot[i] = <int32_t>b.n
+            node = <int32_t>b.n
+            b.n += 1
+            if 2 * b.n > (<int64_t>1 << b.bits):                # rehash into a table twice the size
+                b.bits += 1
+                free(b.slot)
+                b.slot = <int32_t*>malloc((<size_t>1 << b.bits) * sizeof(int32_t))
+                b.failed = b.slot == NULL
+                if b.failed:
+                    break
+                memset(b.slot, 0xff, (<size_t>1 << b.bits) * sizeof(int32_t))
+                for j in range(b.n):
+                    b.slot[hop_slot(b.hop, b.slot, b.bits, b.hop[j].hv, b.hop[j].next)] = <int32_t>j
+        h -= 1
+    return node
+
+cdef int rg_close(SimC* s, RouteGraphB* b) except -1 nogil:
+    """The graph built becomes the engine's (s.hop, s.n_hop); MemoryError if it ran out of memory."""
+    free(b.slot)
+    b.slot = NULL
+    s.hop = b.hop
+    s.n_hop = b.n
+    if b.failed:
         with gil:
             raise MemoryError("route graph")
     return 0

@@ -21,10 +21,36 @@ cdef void* keep_view(dict keep, str name, object values, object dtype) except NU
     keep[name] = a
     return cnp.PyArray_DATA(a)
 
+cdef void* keep_empty(dict keep, str name, Py_ssize_t n, object dtype) except NULL:
+    """n elements (one at least), not initialised, kept alive under name; its buffer, for C: for arrays whose every
+    element is written before it is read (set-up fills them in its own loops, or the kernel links them as it goes),
+    so no page is touched twice and none that is never used is touched at all."""
+    a = np.empty(max(int(n), 1), dtype=dtype)
+    keep[name] = a
+    return cnp.PyArray_DATA(a)
+
 cdef void* keep_full(dict keep, str name, Py_ssize_t n, object dtype, object fill=0) except NULL:
     """n elements (one at least) set to fill, kept alive under name; its buffer, for C. Zeros come from calloc,
     untouched until used (the executor's work stack: 72 MB at 1024 ranks, a few KB of it written)."""
     a = np.zeros(max(int(n), 1), dtype=dtype) if fill == 0 else np.full(max(int(n), 1), fill, dtype=dtype)
+    keep[name] = a
+    return cnp.PyArray_DATA(a)
+
+cdef void* keep_small_pages(dict keep, str name, Py_ssize_t n, object dtype, object fill=None) except NULL:
+    """n elements (one at least), set to fill unless None, kept alive under name, on ordinary 4 KiB pages; its
+    buffer, for C. For arrays that set-up writes through once and the run then touches about in order, once per
+    task or transfer (task times, the task -> transfer map, route entries): numpy asks for huge pages for any large
+    array, and on this VM a fresh huge page costs several times its 512 small ones to fault in (these four at 1024
+    ranks, 400 MB, allocated and filled after lowering: 0.7 s CPU on huge pages, 0.2 s on small ones; the run no
+    slower), while such sweeps gain nothing from fewer TLB entries."""
+    cdef uintptr_t lo, hi
+    a = np.empty(max(int(n), 1), dtype=dtype)
+    lo = (<uintptr_t>cnp.PyArray_DATA(a) + 4095) & ~(<uintptr_t>4095)       # the whole pages inside it
+    hi = (<uintptr_t>cnp.PyArray_DATA(a) + <uintptr_t>a.nbytes) & ~(<uintptr_t>4095)
+    if hi > lo:
+        madvise(<void*>lo, hi - lo, MADV_NOHUGEPAGE)
+    if fill is not None:
+        a.fill(fill)
     keep[name] = a
     return cnp.PyArray_DATA(a)
 
@@ -169,28 +195,29 @@ cdef int setup_routes(SimC* s, dict keep, dict topo) except -1:
     s.vcl_bits = max(vmax.bit_length(), 1)
     if (max(s.n_ch, 1) << s.vcl_bits) >= (1 << 31):
         raise ValueError("too many channels to pack routes into int32")
-    hv = np.left_shift(np.asarray(topo["path_ch"], np.int32), s.vcl_bits)   # int32 throughout: no int64 temporaries
+    path_ch = np.asarray(topo["path_ch"], np.int32)
+    s.path_hv = <int32_t*>keep_small_pages(keep, "path_hv", path_ch.size, np.int32, None if path_ch.size else 0)
+    hv = keep["path_hv"][:path_ch.size]                         # int32 throughout: no int64 temporaries
+    np.left_shift(path_ch, s.vcl_bits, out=hv)
     np.bitwise_or(hv, path_vcl, out=hv)
-    if hv.size == 0:
-        hv = np.zeros(1, np.int32)
-    keep["path_hv"] = np.ascontiguousarray(hv, dtype=np.int32)
-    s.path_hv = <int32_t*>cnp.PyArray_DATA(keep["path_hv"])
     n_paths = pp.size - 1 if pp.size else 0
-    if topo.get("route_hop") is None:
+    if topo.get("route_hop") is not None:
+        # built once for these routes (route_graph_of) and shared by several engines: each takes its own copy
+        hop = np.ascontiguousarray(topo["route_hop"], np.int32)
+        at1 = topo["path_at1"]
+        if hop.ndim != 2 or hop.shape[1] != 2 or len(at1) != n_paths:
+            raise ValueError("route_hop / path_at1 do not belong to these routes (use kernel.route_graph_of(topo))")
+        s.path_at1 = <int32_t*>keep_array(keep, "path_at1", at1, np.int32)
+        s.n_hop = hop.shape[0]
+        s.hop = <HopC*>malloc(<size_t>max(s.n_hop, 1) * sizeof(HopC))
+        if s.hop == NULL:
+            raise MemoryError("route graph")
+        memcpy(s.hop, cnp.PyArray_DATA(hop), <size_t>s.n_hop * sizeof(HopC))
+    elif s.analytic:        # only the paths its transfers take, as setup_transfers finds them (rg_path)
+        s.path_at1 = <int32_t*>keep_full(keep, "path_at1", n_paths, np.int32, AT1_UNBUILT)
+    else:                   # every path: transfers are routed as they issue, and rerouted after faults
         s.path_at1 = <int32_t*>keep_full(keep, "path_at1", n_paths, np.int32, -1)
         build_route_graph(s, n_paths, s.path_at1)
-        return 0
-    # built once for these routes (route_graph) and shared by several engines: each takes its own copy
-    hop = np.ascontiguousarray(topo["route_hop"], np.int32)
-    at1 = topo["path_at1"]
-    if hop.ndim != 2 or hop.shape[1] != 2 or len(at1) != n_paths:
-        raise ValueError("route_hop / path_at1 do not belong to these routes (use kernel.route_graph_of(topo))")
-    s.path_at1 = <int32_t*>keep_array(keep, "path_at1", at1, np.int32)
-    s.n_hop = hop.shape[0]
-    s.hop = <HopC*>malloc(<size_t>max(s.n_hop, 1) * sizeof(HopC))
-    if s.hop == NULL:
-        raise MemoryError("route graph")
-    memcpy(s.hop, cnp.PyArray_DATA(hop), <size_t>s.n_hop * sizeof(HopC))
     return 0
 
 
@@ -273,9 +300,9 @@ cdef int setup_tasks(SimC* s, dict keep, dict p, dict graph) except -1:
     s.t_succ_ptr = <int64_t*>keep_view(keep, "t_succ_ptr", graph["succ_ptr"], np.int64)
     s.t_succ = <int32_t*>keep_view(keep, "t_succ", graph["succ_idx"], np.int32)
     s.t_deps = <int32_t*>keep_array(keep, "t_deps", graph["n_deps"], np.int32)
-    s.t_start = <ps_t*>keep_full(keep, "t_start", n, np.int64, -1)
-    s.t_end = <ps_t*>keep_full(keep, "t_end", n, np.int64, -1)
-    s.t_next = <int32_t*>keep_full(keep, "t_next", n, np.int32, -1)
+    s.t_start = <ps_t*>keep_small_pages(keep, "t_start", n, np.int64, -1)
+    s.t_end = <ps_t*>keep_small_pages(keep, "t_end", n, np.int64, -1)
+    s.t_next = <int32_t*>keep_empty(keep, "t_next", n, np.int32)     # set as a task joins its stream's FIFO
     s.work = <int32_t*>keep_full(keep, "work", n + 2, np.int32)
     s.n_streams = int(stream.max()) + 1 if n and stream.max() >= 0 else 1
     s.s_busy = <int8_t*>keep_full(keep, "s_busy", R * s.n_streams, np.int8)
@@ -348,7 +375,51 @@ cdef int setup_xlate(SimC* s, dict keep, dict p, dict xlate) except -1:
     return 0
 
 
-cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire) except -1:
+def host_addresses(const int64_t[::1] g, const int32_t[::1] who, const int32_t[::1] domain_of,
+                   const int64_t[:, ::1] slot, int64_t global_base, int64_t window_B, int64_t host_base,
+                   int64_t unaddressed):
+    """fabric.address.AddressMap's global -> host translation (to_host_array, issuer_host_array) in one pass: the
+    host address at which domain d sees global address g[i], d = who[i] (domain_of None) or domain_of[who[i]
+    clipped into its range] (who a rank); slot[d, r] is where d sees rank r's window (-1: not at all). g[i] < 0
+    gives unaddressed; one outside the global map, or a domain with no view of it, 0."""
+    cdef Py_ssize_t i, n = g.shape[0]
+    cdef int64_t R = slot.shape[1], rows = slot.shape[0], m, a, r, d, at
+    cdef bint mapped = domain_of is not None
+    if who.shape[0] != n:
+        raise ValueError(f"{n} addresses but {who.shape[0]} issuers")
+    m = domain_of.shape[0] if mapped else 0
+    cdef double q, inv = 1.0 / window_B if window_B > 0 else 0.0
+    out = np.empty(n, np.int64)
+    cdef int64_t[::1] o = out
+    with nogil:
+        for i in range(n):
+            a = g[i]
+            if a < 0:
+                o[i] = unaddressed
+                continue
+            d = who[i]
+            if mapped:
+                d = domain_of[min(max(d, 0), m - 1)] if m else -1
+            a -= global_base
+            o[i] = 0
+            if a < 0 or d < 0 or d >= rows or window_B <= 0:
+                continue
+            q = <double>a * inv                    # a // window_B without a 64-bit division: the estimate is
+            if q >= R + 1.0:                       # within one of it (53-bit doubles), past the map here
+                continue
+            r = <int64_t>q
+            while r > 0 and <uint64_t>r * window_B > <uint64_t>a:
+                r -= 1
+            while <uint64_t>(r + 1) * window_B <= <uint64_t>a:
+                r += 1
+            if r < R:
+                at = slot[d, r]
+                if at >= 0:
+                    o[i] = host_base + at * window_B + (a - r * window_B)
+    return out
+
+
+cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire, bint own_addr) except -1:
     """One XferC per transfer task, and for a load a second one, its response flow (data from the owner back to the
     requester), after all the first ones; the task -> transfer map and each transfer's address. The records are
     built here (init_transfer), or with retire (packet engine) when their task is issued, in chunks of XF_CHUNK
@@ -370,7 +441,13 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire) except -1:
                 n_first += 1
                 n_loads += s.t_op[t] == 1
     n_xf = n_first + n_loads
-    s.x_addr = <int64_t*>keep_full(keep, "x_addr", n_xf, np.int64, -1)
+    host = graph.get("host_addr")
+    if own_addr and isinstance(host, np.ndarray) and host.dtype == np.int64 and host.flags.c_contiguous \
+            and host.flags.writeable and host.size >= max(n_first, 1):
+        keep["x_addr"] = host             # transfer x's address goes to host[x], x <= its task: read before written
+        s.x_addr = <int64_t*>cnp.PyArray_DATA(host)
+    else:                                 # a response flow is not addressed: the first transfers only
+        s.x_addr = <int64_t*>keep_empty(keep, "x_addr", n_first, np.int64)
     s.x_flow = NULL
     if graph.get("xf_flow") is not None:
         if len(graph["xf_flow"]) != n_xf:
@@ -396,17 +473,16 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire) except -1:
         s.xf = <XferC*>aligned_alloc(64, <size_t>max(n_xf, 1) * sizeof(XferC))    # one record = two cache lines
         if s.xf == NULL:
             raise MemoryError("transfers")
-    t_xfer = np.full(s.n_tasks, -1, np.int32)
-    cdef int32_t[::1] t_xfer_v = t_xfer
+    s.t_xfer = <int32_t*>keep_small_pages(keep, "t_xfer", s.n_tasks, np.int32)
     x = 0
     extra = n_first
     with nogil:
         for t in range(s.n_tasks):
             if kind[t] != T_TRANSFER:
+                s.t_xfer[t] = -1
                 continue
-            t_xfer_v[t] = x
-            if has_addr and addr[t] >= 0:
-                s.x_addr[x] = addr[t]
+            s.t_xfer[t] = x
+            s.x_addr[x] = addr[t] if has_addr and addr[t] >= 0 else -1
             if s.xf_lazy:
                 if s.t_op[t] == 1:
                     s.load_x[extra - n_first] = x
@@ -414,8 +490,27 @@ cdef int setup_transfers(SimC* s, dict keep, dict graph, bint retire) except -1:
                 init_transfer(s, t, x, extra)
             extra += s.t_op[t] == 1
             x += 1
-    s.t_xfer = <int32_t*>keep_view(keep, "t_xfer", t_xfer, np.int32)
+    if s.analytic and s.hop == NULL:     # (a route graph given in topo holds every path already)
+        intern_taken_paths(s)
     return 0
+
+
+cdef int intern_taken_paths(SimC* s) except -1:
+    """The analytic engine's route graph: the paths its transfers take, in the order of their first transfer (a
+    data-parallel step's transfers stay inside their groups: 6 % of sd200-1024's 2 M paths), each record's
+    at1 then set from it (init_xfer left AT1_UNBUILT there)."""
+    cdef RouteGraphB b
+    cdef int32_t x
+    cdef AnXC* a
+    rg_open(&b)
+    with nogil:
+        for x in range(s.n_xf):
+            a = &s.ax[x]
+            if a.at1 == AT1_UNBUILT:
+                if s.path_at1[a.path] == AT1_UNBUILT:
+                    s.path_at1[a.path] = rg_path(s, &b, a.path)
+                a.at1 = s.path_at1[a.path]
+    return rg_close(s, &b)
 
 
 cdef void init_transfer(SimC* s, int32_t t, int32_t x, int32_t extra) noexcept nogil:
@@ -470,12 +565,14 @@ cdef void retire_xfer(SimC* s, int32_t x) noexcept nogil:
         madvise(<char*>s.xf + <size_t>c * XF_CHUNK * sizeof(XferC), <size_t>XF_CHUNK * sizeof(XferC), MADV_DONTNEED)
 
 
+cdef XferC XF_ZERO             # all zeros (static storage): what init_xfer starts a record from
+
 cdef void init_xfer(SimC* s, XferC* xf, int32_t x, int32_t src, int32_t dst, int64_t nbytes, int32_t task,
                     int8_t kind, int8_t cls, int32_t partner) noexcept nogil:
     """Transfer x (record xf): src -> dst, nbytes; its path (its flow id, x or x_flow[x], picks among the pair's
     candidates) and first hops; an Unsupported Request when an end is no rank or no path joins them."""
     cdef int32_t flow = s.x_flow[x] if s.x_flow != NULL else x
-    memset(xf, 0, sizeof(XferC))
+    xf[0] = XF_ZERO              # a copy: GCC's generic tuning makes this memset a `rep stos`, 30+ cycles each
     xf.total_B = nbytes
     xf.avail_B = 0 if kind == 2 else nbytes
     xf.src = src; xf.dst = dst; xf.task = task; xf.kind = kind; xf.cls = cls; xf.partner = partner

@@ -169,9 +169,20 @@ cdef struct AnXC:              # 32 B: what the analytic engine reads of a trans
     int8_t _pad[2]
 
 # ------------------------------------------------------------------ routes
+cdef enum:
+    AT1_UNBUILT = -2           # SimC.path_at1 of a path not interned in the route graph (analytic engine: untaken)
+
 cdef struct HopC:              # a node of the route graph: a route suffix, shared by every route that ends with it
     int32_t hv                 # its first hop: channel << vcl_bits | VC level
     int32_t next               # the node of the rest of the suffix (-1: this hop reaches the destination)
+
+cdef struct RouteGraphB:       # the route graph while it is built (routes.pxi: rg_open, rg_path, rg_close)
+    HopC* hop                  # its nodes so far (n of cap)
+    int32_t* slot              # open-addressing table over hop[]: 2^bits slots, at most half full (-1: empty)
+    int64_t n
+    int64_t cap
+    int64_t bits
+    bint failed                # out of memory: rg_close raises
 
 # ------------------------------------------------------------------ queues
 cdef struct QueueC:            # a FIFO of packets (VOQ) or transfers (injection slot), linked through their .next;
@@ -381,7 +392,8 @@ cdef struct SimC:
     int32_t vcl_bits               # bits of the VC level in a route entry
     HopC* hop                      # the route graph: every route suffix once (build_route_graph); packets walk it
     int64_t n_hop                  # its nodes
-    int32_t* path_at1              # per path: route-graph node of its second hop (-1: one hop)
+    int32_t* path_at1              # per path: route-graph node of its second hop (-1: one hop; AT1_UNBUILT:
+                                   # a path the analytic engine's transfers do not take, not interned)
     # ---- per channel (ChanC, CntC, CvC above): state, counters, per (channel, VC) credits
     ChanC* c                       # [ch]
     CntC* k                        # [ch]
