@@ -14,4 +14,4 @@ FABRIC_TEST_MEM_MB=0 ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$(gcc -print-file-n
     python -m pytest -q -p no:cacheprovider tests/test_link_properties.py tests/test_fabric_properties.py \
     tests/test_event_queue.py tests/test_replay.py tests/test_watchdog.py tests/test_routing.py \
     tests/test_replay_ring.py tests/test_arbitration.py tests/test_phy_countdown.py tests/test_faults.py tests/test_migration.py \
-    tests/test_retire_transfers.py "$@"
+    tests/test_retire_transfers.py tests/test_parts.py "$@"
