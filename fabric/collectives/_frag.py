@@ -57,6 +57,7 @@ class FragBuilder:
         self.stripe = True      # nccl-like: stripe a store over the choice's channels (rings stripe by channel)
         self._sw: dict = {}
         self._net: np.ndarray | None = None     # crosses_all's table
+        self._soft: np.ndarray | None = None    # software_all's
         self.m = 0
         # task columns, one entry per _add call (see _column): a scalar, or a copy of the call's array
         self._sizes: list[int] = []
@@ -184,8 +185,21 @@ class FragBuilder:
         return got.astype(bool)
 
     def software_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """software_ns of every pair (s[i], d[i]), each distinct pair asked once."""
-        return self._per_pair(self.software_ns, s, d, np.float64)
+        """software_ns of every pair (s[i], d[i]), each distinct pair asked once per builder (an n x n table, as
+        crosses_all's)."""
+        s, d = np.asarray(s, np.int64), np.asarray(d, np.int64)
+        if len(s) and max(int(s.max()), int(d.max())) >= self.n:
+            return self._per_pair(self.software_ns, s, d, np.float64)
+        if self._soft is None:
+            self._soft = np.full((self.n, self.n), np.nan)     # NaN: not asked yet
+        got = self._soft[s, d]
+        new = np.isnan(got)
+        if new.any():
+            self._soft[s[new], d[new]] = self._per_pair(self._software_base, s[new], d[new], np.float64)
+            got = self._soft[s, d]
+        if self.__dict__.get("net_pipelined"):
+            got[self.crosses_all(s, d)] = 0.0
+        return got
 
     @staticmethod
     def _per_pair(fn, s, d, dtype) -> np.ndarray:
@@ -198,9 +212,12 @@ class FragBuilder:
 
     def software_ns(self, s: int, d: int) -> float:
         """nccl-like: per-step software after hop s -> d (fitted step time minus the fabric's own latency)."""
-        key = (s, d)
         if self.__dict__.get("net_pipelined") and self.crosses(s, d):
             return 0.0     # a later piece of a pipelined call: the proxy pipeline is already running (nvls_tree)
+        return self._software_base(s, d)
+
+    def _software_base(self, s: int, d: int) -> float:
+        key = (s, d)
         if key not in self._sw:
             from fabric.collectives.library import step_software_ns
             self._sw[key] = step_software_ns(self.view, self.protocol, s, d) if s != d else 0.0
