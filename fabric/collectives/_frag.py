@@ -30,6 +30,10 @@ from fabric.taskgraph import (
 
 
 _INT = (int, np.integer)
+_SCALAR = frozenset((int, float, bool))
+# the task columns a call may give as a scalar or an array (rank and the operands are kept apart), and their types
+_COLS = {"kind": np.int8, "peer": np.int32, "stream": np.int32, "nbytes": np.int64, "dur": np.int64, "op": np.int8,
+         "dst_buf": np.int8, "dst_off": np.int64, "length": np.int64, "data": bool, "n_src": np.int64}
 
 
 def bounds(nbytes: int, n: int) -> np.ndarray:
@@ -53,10 +57,15 @@ class FragBuilder:
         self.stripe = True      # nccl-like: stripe a store over the choice's channels (rings stripe by channel)
         self._sw: dict = {}
         self._net: np.ndarray | None = None     # crosses_all's table
+        self._soft: np.ndarray | None = None    # software_all's
         self.m = 0
-        self._c: dict[str, list] = {k: [] for k in ("kind", "rank", "peer", "stream", "nbytes", "dur", "op",
-                                                      "dst_buf", "dst_off", "length", "n_src", "src_buf",
-                                                      "src_off", "data")}
+        # task columns, one entry per _add call (see _column): a scalar, or a copy of the call's array
+        self._sizes: list[int] = []
+        self._vals: dict[str, list] = {k: [] for k in _COLS}
+        self._arrs: dict[str, list] = {k: [] for k in _COLS}
+        self._rank: list[np.ndarray] = []
+        self._src_buf: list[np.ndarray] = []
+        self._src_off: list[np.ndarray] = []
         self._ep: list[np.ndarray] = []
         self._es: list[np.ndarray] = []
         self._sp: list[int] = []        # single edges (a tree adds ~10^5 one by one): ints, made an array once
@@ -68,35 +77,55 @@ class FragBuilder:
              length=0, src_buf=None, src_off=None, data=False) -> np.ndarray:
         rank = np.atleast_1d(np.asarray(rank, np.int64))
         m = len(rank)
-        c = self._c
-        for k, v, dt in (("kind", kind, np.int8), ("peer", peer, np.int32), ("stream", stream, np.int32),
-                         ("nbytes", nbytes, np.int64), ("dur", dur, np.int64), ("op", op, np.int8),
-                         ("dst_buf", dst_buf, np.int8), ("dst_off", dst_off, np.int64), ("length", length, np.int64),
-                         ("data", data, bool)):
-            col = np.empty(m, dt)       # filled by assignment: np.broadcast_to costs ~10x more per call
-            col[...] = v
-            c[k].append(col)
-        c["rank"].append(rank.astype(np.int32))
+        call = len(self._sizes)
+        self._sizes.append(m)
+        vals, arrs = self._vals, self._arrs
+        # a scalar is kept as it is and repeated once, when the fragment is made (most columns of most calls are
+        # one value: a copy per call was ~a third of the builder's time); an array is copied now (the caller may
+        # reuse it)
+        for k, v in (("kind", kind), ("peer", peer), ("stream", stream), ("nbytes", nbytes), ("dur", dur),
+                     ("op", op), ("dst_buf", dst_buf), ("dst_off", dst_off), ("length", length), ("data", data)):
+            if type(v) in _SCALAR or np.ndim(v) == 0:
+                vals[k].append(v)
+            else:
+                col = np.empty(m, _COLS[k])
+                col[...] = v
+                vals[k].append(0)
+                arrs[k].append((call, col))
+        self._rank.append(rank.astype(np.int32))
         if src_buf is None:
-            c["n_src"].append(np.zeros(m, np.int64))
+            vals["n_src"].append(0)
         else:
             so = np.asarray(src_off, np.int64)
             so = so.reshape(m, -1) if so.ndim == 2 else np.broadcast_to(so, (m,)).reshape(m, 1)
             sb = np.asarray(src_buf, np.int8)
             sb = np.broadcast_to(sb if sb.ndim == 2 else np.broadcast_to(sb, (m,)).reshape(m, 1), so.shape)
-            c["n_src"].append(np.full(m, so.shape[1], np.int64))
-            c["src_buf"].append(sb.ravel())
-            c["src_off"].append(so.ravel())
+            vals["n_src"].append(so.shape[1])
+            self._src_buf.append(sb.ravel())
+            self._src_off.append(so.ravel())
         ids = np.arange(self.m, self.m + m, dtype=np.int64)
         self.m += m
         return ids
+
+    def _column(self, k: str) -> np.ndarray:
+        """Task column k over every task so far: the calls' scalars repeated, their arrays written over them."""
+        sizes = np.array(self._sizes, np.int64)
+        out = np.repeat(np.array(self._vals[k], _COLS[k]), sizes)
+        if self._arrs[k]:
+            first = np.zeros(len(sizes) + 1, np.int64)
+            np.cumsum(sizes, out=first[1:])
+            for call, col in self._arrs[k]:
+                out[first[call]:first[call + 1]] = col
+        return out
 
     def edge(self, pred, succ) -> None:
         if isinstance(pred, _INT) and isinstance(succ, _INT):
             self._sp.append(int(pred))
             self._ss.append(int(succ))
             return
-        p, s = np.broadcast_arrays(np.asarray(pred, np.int64), np.asarray(succ, np.int64))
+        p, s = np.asarray(pred, np.int64), np.asarray(succ, np.int64)
+        if p.shape != s.shape:
+            p, s = np.broadcast_arrays(p, s)
         if p.size:
             self._ep.append(p.ravel())
             self._es.append(s.ravel())
@@ -156,8 +185,21 @@ class FragBuilder:
         return got.astype(bool)
 
     def software_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """software_ns of every pair (s[i], d[i]), each distinct pair asked once."""
-        return self._per_pair(self.software_ns, s, d, np.float64)
+        """software_ns of every pair (s[i], d[i]), each distinct pair asked once per builder (an n x n table, as
+        crosses_all's)."""
+        s, d = np.asarray(s, np.int64), np.asarray(d, np.int64)
+        if len(s) and max(int(s.max()), int(d.max())) >= self.n:
+            return self._per_pair(self.software_ns, s, d, np.float64)
+        if self._soft is None:
+            self._soft = np.full((self.n, self.n), np.nan)     # NaN: not asked yet
+        got = self._soft[s, d]
+        new = np.isnan(got)
+        if new.any():
+            self._soft[s[new], d[new]] = self._per_pair(self._software_base, s[new], d[new], np.float64)
+            got = self._soft[s, d]
+        if self.__dict__.get("net_pipelined"):
+            got[self.crosses_all(s, d)] = 0.0
+        return got
 
     @staticmethod
     def _per_pair(fn, s, d, dtype) -> np.ndarray:
@@ -170,9 +212,12 @@ class FragBuilder:
 
     def software_ns(self, s: int, d: int) -> float:
         """nccl-like: per-step software after hop s -> d (fitted step time minus the fabric's own latency)."""
-        key = (s, d)
         if self.__dict__.get("net_pipelined") and self.crosses(s, d):
             return 0.0     # a later piece of a pipelined call: the proxy pipeline is already running (nvls_tree)
+        return self._software_base(s, d)
+
+    def _software_base(self, s: int, d: int) -> float:
+        key = (s, d)
         if key not in self._sw:
             from fabric.collectives.library import step_software_ns
             self._sw[key] = step_software_ns(self.view, self.protocol, s, d) if s != d else 0.0
@@ -329,13 +374,11 @@ class FragBuilder:
 
     def _entry_barrier(self) -> None:
         """Every data store s -> d waits for a 'buffer free' flag d -> s, sent once per pair after d's launch."""
-        c = self._c
-        kind = np.concatenate(c["kind"])
-        data = np.flatnonzero(np.concatenate(c["data"]) & (kind == TRANSFER))
+        data = np.flatnonzero(self._column("data") & (self._column("kind") == TRANSFER))
         if not len(data):
             return
-        s = np.concatenate(c["rank"]).astype(np.int64)[data]
-        d = np.concatenate(c["peer"]).astype(np.int64)[data]
+        s = np.concatenate(self._rank).astype(np.int64)[data]
+        d = self._column("peer").astype(np.int64)[data]
         key = d * self.n + s
         pairs, inv = np.unique(key, return_inverse=True)
         fd, fs = pairs // self.n, pairs % self.n
@@ -361,25 +404,26 @@ class FragBuilder:
         return self._peer_side(cat, cat["dst_off"], cat["src_off"]).astype(np.int64)
 
     def _fragment(self, start, done) -> Fragment:
-        c = self._c
-        cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in c.items()}
-        # edges are sorted here, so the order they were added in (arrays, then single ones) does not matter
-        ep = np.concatenate(self._ep + [np.array(self._sp, np.int64)])
-        es = np.concatenate(self._es + [np.array(self._ss, np.int64)])
-        order = np.lexsort((es, ep))
-        ep, es = ep[order], es[order]
+        cat = {k: self._column(k) for k in _COLS if k != "data" and (self.semantics or k != "length")}
+        cat["rank"] = np.concatenate(self._rank) if self._rank else np.zeros(0, np.int32)
+        for k, parts, dt in (("src_buf", self._src_buf, np.int8), ("src_off", self._src_off, np.int64)):
+            cat[k] = np.concatenate(parts).astype(dt, copy=False) if parts else np.zeros(0, dt)
+        # edges sorted by (pred, succ) here, so the order they were added in (arrays, then single ones) does not
+        # matter: one sort of pred * m + succ (< m^2) is the lexicographic order at a third of a lexsort's time
+        key = np.concatenate(self._ep + [np.array(self._sp, np.int64)]) * self.m
+        key += np.concatenate(self._es + [np.array(self._ss, np.int64)])
+        key.sort()
+        ep = key // max(self.m, 1)
+        es = key - ep * self.m
         sem = None
         if self.semantics:
             src_ptr = np.zeros(self.m + 1, np.int64)
             np.cumsum(cat["n_src"], out=src_ptr[1:])
-            sem = Semantics(dst_buf=cat["dst_buf"].astype(np.int8), dst_off=cat["dst_off"].astype(np.int64),
-                            length=cat["length"].astype(np.int64), src_ptr=src_ptr,
-                            src_buf=cat["src_buf"].astype(np.int8), src_off=cat["src_off"].astype(np.int64))
+            sem = Semantics(dst_buf=cat["dst_buf"], dst_off=cat["dst_off"], length=cat["length"], src_ptr=src_ptr,
+                            src_buf=cat["src_buf"], src_off=cat["src_off"])
         frag = Fragment(kind=self.kind, algorithm=self.algorithm, nbytes=self.nbytes, n=self.n,
-                        task_kind=cat["kind"].astype(np.int8), rank=cat["rank"].astype(np.int32),
-                        peer=cat["peer"].astype(np.int32), stream=cat["stream"].astype(np.int32),
-                        task_nbytes=cat["nbytes"].astype(np.int64), duration_ps=cat["dur"].astype(np.int64),
-                        op=cat["op"].astype(np.int8), edge_src=ep, edge_dst=es, start=np.asarray(start, np.int64),
+                        task_kind=cat["kind"], rank=cat["rank"], peer=cat["peer"], stream=cat["stream"],
+                        task_nbytes=cat["nbytes"], duration_ps=cat["dur"], op=cat["op"], edge_src=ep, edge_dst=es, start=np.asarray(start, np.int64),
                         done=np.asarray(done, np.int64), root=self.root,
                         buf_bytes=tuple(sorted(self.buf_bytes.items())), sem=sem,
                         protocol=self.protocol or "", addr_buf=self._addr_buf(cat), addr_off=self._addr_off(cat))

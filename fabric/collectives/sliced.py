@@ -57,19 +57,18 @@ class _Rings:
         self.depth = int(value("slices_in_flight"))
         # per channel and group: the ring order (channel c's ring of all ranks, filtered to the group)
         order = np.empty((C, n), np.int64)          # order[c, r] = rank's ring position in its group
-        perm = {}
+        perm = np.empty((C, len(groups), m), np.int64)   # perm[c, i] = group i's ranks in channel c's ring order
         for c in range(C):
-            full = ring(fb.view, n, c)
-            for i, g in enumerate(groups):
-                gs = set(g)
-                o = [r for r in full if r in gs]
-                perm[c, i] = np.asarray(o, np.int64)
-                order[c, o] = np.arange(m)
+            full = np.asarray(ring(fb.view, n, c), np.int64)
+            member = gid[full]
+            for i in range(len(groups)):
+                perm[c, i] = full[member == i]
+                order[c, perm[c, i]] = np.arange(m)
         self.rank = np.repeat(np.arange(n), C)                                 # lane -> rank
         self.chan = np.tile(np.arange(C), n)                                   # lane -> channel
         self.grp = gid[self.rank]
         self.pos = order[self.chan, self.rank]
-        self.permtab = np.stack([perm[int(c), int(i)] for c, i in zip(self.chan, self.grp)])   # [lanes, m]
+        self.permtab = perm[self.chan, self.grp]                               # [lanes, m]
         lanes = np.arange(len(self.rank))
         self.nxt = self.permtab[lanes, (self.pos + 1) % m]                     # lane -> next rank
         self.prv = self.permtab[lanes, (self.pos - 1) % m]                     # lane -> previous rank
@@ -80,19 +79,16 @@ class _Rings:
         self.last_wait = None
         # injection pacing: lane (r, c) may push payload at most at its share of the rank's copy-loop rate
         net = fb.crosses_all(self.rank, self.nxt)
-        share = np.empty(len(self.rank))
-        for r in range(n):
-            for flag in (False, True):
-                sel = (self.rank == r) & (net == flag)
-                if sel.any():
-                    d = int(self.nxt[np.flatnonzero(sel)[0]])
-                    share[sel] = inject_gbps(fb.view, fb.protocol, r, d) / sel.sum()
-        self.ps_per_B = 1000.0 / share
+        # (a rank's lanes of one kind, scale-up or NIC, share the rate of the first one's path)
+        _, first, inv, count = np.unique(self.rank * 2 + net, return_index=True, return_inverse=True,
+                                             return_counts=True)
+        rate = np.array([inject_gbps(fb.view, fb.protocol, int(self.rank[i]), int(self.nxt[i])) for i in first])
+        self.ps_per_B = 1000.0 / (rate / count)[inv.ravel()]
         self.last_pace = None
         # the last byte of a paced slice reaches the receiver one head latency after the copy ends, plus (through a
         # NIC) the network step's software delay: a stream-less COMPUTE on the receiver after the pace
-        tail = np.array([fb.view.hop_ps(int(a), int(b), 1) / 1000.0 + (fb.software_ns(int(a), int(b)) if x else 0.0)
-                         for a, b, x in zip(self.rank, self.nxt, net)])
+        tail = fb._per_pair(lambda a, b: fb.view.hop_ps(a, b, 1) / 1000.0 +
+                            (fb.software_ns(a, b) if fb.crosses(a, b) else 0.0), self.rank, self.nxt, np.float64)
         self.tail_ps = np.rint(tail * 1000.0).astype(np.int64)
 
     def chunk(self, back: int) -> np.ndarray:

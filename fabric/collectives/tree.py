@@ -223,7 +223,11 @@ def allreduce(fb, ready, nbytes):
     dn_lane = np.array([x for x in range(L) for _ in kids[x]], np.int64)        # (lane, child j), lane order
     dn_j = np.array([j for x in range(L) for j in range(len(kids[x]))], np.int64)
     dn_kid = np.array([kids[x][j][0] for x, j in zip(dn_lane, dn_j)], np.int64)
-    final = [[] for _ in range(n)]
+    kid_rank = np.full((L, 3), -1, np.int64)          # (lane, child j) -> the child's rank, and its slot
+    kid_slot = np.full((L, 3), -1, np.int64)
+    kid_rank[dn_lane, dn_j] = dn_kid
+    kid_slot[dn_lane, dn_j] = [kids[x][j][1] for x, j in zip(dn_lane, dn_j)]
+    final = []                                         # per slice: the task after which each lane holds it
     for k in range(K):
         # ---- reduce up, deepest level first (a leaf sends its IN, an inner rank the sum it reduced into OUT)
         lo, hi = lohi(up_lanes, k)
@@ -239,13 +243,11 @@ def allreduce(fb, ready, nbytes):
                     continue
                 waits = []
                 for j in range(m):
-                    kr = np.array([kids[x][j][0] for x in grp])
-                    ks = np.array([kids[x][j][1] for x in grp])
+                    kr = kid_rank[grp, j]
                     q = up_pos[kr * C + lchan[grp]]
-                    waits.append(recv(grp, kr, U["seen"][q], U["tail"][q], k, 0, ks))
+                    waits.append(recv(grp, kr, U["seen"][q], U["tail"][q], k, 0, kid_slot[grp, j]))
                 glo, ghi = lohi(grp, k)
-                offs = np.stack([glo] + [np.array([kids[x][j][1] for x in grp]) * M + glo for j in range(m)],
-                                axis=1)
+                offs = np.stack([glo] + [kid_slot[grp, j] * M + glo for j in range(m)], axis=1)
                 red = fb.reduce(lrank[grp], ghi - glo, BUF_OUT, glo,
                                 np.array([[BUF_IN] + [BUF_TMP] * m], np.int8), offs)
                 for w in waits:
@@ -268,11 +270,9 @@ def allreduce(fb, ready, nbytes):
                 wire(D, q, have[grp], 1)
                 kl = dn_kid[q] * C + lchan[grp]
                 have[kl] = recv(kl, lrank[grp], D["seen"][q], D["tail"][q], k, 1, np.zeros(len(kl), np.int64))
-        for lane in range(L):
-            final[int(lrank[lane])].append(int(have[lane]))
+        final.append(have.copy())
     out = fb.join(np.arange(n))
-    for r in range(n):
-        fb.edge(np.asarray(final[r], np.int64), out[r])
+    fb.edge(np.stack(final), out[lrank][None, :])
     paced = np.flatnonzero(last_pace.ravel() >= 0)      # every copy loop's last pace
     fb.edge(last_pace.ravel()[paced], out[lrank[paced // 4]])
     fb.need(BUF_IN, M)

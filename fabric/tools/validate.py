@@ -108,9 +108,20 @@ SWEEP_SYSTEMS = {"opt": ("sd200", {}), "unopt": ("sd200", UNOPT), "unopt_hd": ("
                  "roce": (SCALEOUT_PRESET, UNOPT)}
 
 
+def _config(preset: str, overrides: dict | None = None) -> FabricConfig:
+    """load_config of a preset with overrides, once per process: the runs of one system share it (each load ~3 ms,
+    ~180 runs)."""
+    return _load(preset, tuple((overrides or {}).items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _load(preset: str, overrides: tuple) -> FabricConfig:
+    return load_config(preset, overrides=dict(overrides) or None)
+
+
 def _sweep_config(key: str) -> FabricConfig:
     preset, overrides = SWEEP_SYSTEMS[key]
-    return load_config(preset, overrides=overrides or None)
+    return _config(preset, overrides)
 
 
 def _sweep_point(key: str, nbytes: int, engine: str) -> tuple[float, str]:
@@ -150,15 +161,14 @@ def _experiment(what: str, *args):
     """One independent run of `validate`, by name (a module-level function: it runs in a pool worker)."""
     _reuse_heap()
     if what == "replay":
-        return replay_trace(_shipped(), load_config("sd200"), "packet")
+        return replay_trace(_shipped(), _config("sd200"), "packet")
     if what == "link":
-        return link_efficiency(load_config("link"))
+        return link_efficiency(_config("link"))
     if what == "latency":
-        return latency_ns(load_config("sd200"))
+        return latency_ns(_config("sd200"))
     if what == "ar14":
-        cfg = {"opt": load_config("sd200"), "unopt": load_config("sd200", overrides=UNOPT),
-               "unopt_hd": load_config("sd200", overrides=UNOPT_HD)}[args[0]]
-        return allreduce_us(cfg, AR_BYTES, "packet")
+        return allreduce_us(_config("sd200", {"opt": {}, "unopt": UNOPT, "unopt_hd": UNOPT_HD}[args[0]]), AR_BYTES,
+                            "packet")
     if what == "sweep":
         return _sweep_point(*args)
     if what == "calibration":
@@ -426,7 +436,7 @@ def _measurements(file: str, section: str | None, ranks: int) -> tuple:
 def calibration_point(t: CalTable, i: int, engine: str = "analytic") -> dict:
     """Size i of table `t` (calibration_measurements' order) on the nccl-like library and the matching preset."""
     op, nbytes, meas = calibration_measurements(t)[i]
-    cfg = load_config(t.preset, overrides=dict(t.overrides, **{"collectives.library": "nccl-like"}))
+    cfg = _config(t.preset, dict(t.overrides, **{"collectives.library": "nccl-like"}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         r = probe_collective(cfg, op, nbytes, ranks=t.ranks, engine=engine, topo=shared(cfg))
@@ -489,12 +499,12 @@ _AUTO = {"link.credit_flits": "credit_flits", "link.replay_buffer_flits": "repla
 def _sensitivity_point(key: str | None, v, engine: str) -> tuple[float, float | None]:
     """TPOT and (unless the chip's kernel cost is varied) the 14,336 B AllReduce with key = v (None: defaults). A
     flow-control warning about the varied value is not printed: the value is the experiment's, not the user's."""
-    sd = load_config("sd200")
+    sd = _config("sd200")
     if key is None:
         return replay_trace(_shipped(), sd, engine)["tpot_us"], allreduce_us(sd, AR_BYTES, "packet")[0]
     if key == "chip.per_kernel_ns":
         return replay_trace(recapture(v), sd, engine)["tpot_us"], None   # fragments do not use the chip profile
-    cfg = load_config("sd200", overrides={key: v})
+    cfg = _config("sd200", {key: v})
     with sim.no_warnings():
         return replay_trace(_shipped(), cfg, engine)["tpot_us"], allreduce_us(cfg, AR_BYTES, "packet")[0]
 
@@ -503,7 +513,7 @@ def _sensitivity_plan(factors=(0.5, 1.5)) -> tuple[list[dict], list[tuple]]:
     """The table's rows (parameter, key, base value) and its points (key, value), parameter by parameter, each
     factor in turn (the base point, every parameter at its default, is not among them)."""
     from fabric.capture import load_chip
-    sd = load_config("sd200")
+    sd = _config("sd200")
     rows, points = [], []
     for label, key in SENSITIVITY:
         if key == "chip.per_kernel_ns":
