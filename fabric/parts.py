@@ -77,21 +77,12 @@ class Plan:
     that only the parts being run hold a copy of their columns. parts are in the order of their first task."""
 
     def __init__(self, graph: dict, part_of_rank: np.ndarray):
-        kind = graph["kind"]
-        # tasks by part, each part's in task order: a stable sort of 16-bit keys is a radix sort in numpy
-        task_part = part_of_rank.astype(np.int16 if part_of_rank.max() < 1 << 15 else np.int32)[graph["rank"]]
-        order = np.argsort(task_part, kind="stable")
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(task_part, minlength=int(part_of_rank.max()) + 1))))
+        from fabric._check_build import kernel
+        order, bounds, self._local, self._gx, self._gl, self._n_xf = kernel.part_order(
+            part_of_rank, graph["rank"], graph["kind"], graph["op"])
         tasks = [order[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
         self.tasks = sorted(tasks, key=lambda t: int(t[0]))
         self.rank_part = [int(part_of_rank[graph["rank"][t[0]]]) for t in self.tasks]
-        self._local = np.empty(len(kind), np.int32)        # each task's id in its part
-        for t in self.tasks:
-            self._local[t] = np.arange(len(t), dtype=np.int32)
-        xf = kind == TRANSFER
-        self._n_xf = int(np.count_nonzero(xf))
-        self._xf_before = np.cumsum(xf, dtype=np.int32)    # transfers up to and with each task
-        self._loads_before = np.cumsum(xf & (graph["op"] == 1), dtype=np.int32)
         self.graph = graph       # whose columns part_graph takes (the caller may swap in a copy with more)
 
     def part_graph(self, i: int) -> dict:
@@ -99,17 +90,13 @@ class Plan:
         their order, its CSR made from theirs, and `xf_flow`, its transfers' flow ids in the whole graph (a
         transfer's index among the transfer tasks; a load's response flow: the number of transfers plus its index
         among the loads), in the order the engine numbers its own: first the transfers, then the loads' responses."""
+        from fabric._check_build import kernel
         g, t = self.graph, self.tasks[i]
         out = {k: g[k][t] for k in ("kind", "rank", "peer", "stream", "nbytes", "duration_ps", "op", "coll",
                                     "src_op", "addr", "host_addr") if g.get(k) is not None}
-        succ_ptr = g["succ_ptr"]
-        ptr = np.zeros(len(t) + 1, np.int64)
-        np.cumsum(succ_ptr[t + 1] - succ_ptr[t], out=ptr[1:])
-        tx = t[out["kind"] == TRANSFER]
-        loads = tx[g["op"][tx] == 1]
-        out.update(n_ranks=g["n_ranks"], succ_ptr=ptr, succ_idx=self._local[g["succ_idx"][_ranges(succ_ptr, t)]],
-                   n_deps=g["n_deps"][t],
-                   xf_flow=np.concatenate((self._xf_before[tx] - 1, self._n_xf + self._loads_before[loads] - 1)))
+        ptr, idx, flow = kernel.part_csr(g["succ_ptr"], g["succ_idx"], t, self._local, g["kind"], g["op"], self._gx,
+                                         self._gl, self._n_xf)
+        out.update(n_ranks=g["n_ranks"], succ_ptr=ptr, succ_idx=idx, n_deps=g["n_deps"][t], xf_flow=flow)
         return out
 
 

@@ -343,3 +343,93 @@ def rank_pairs(kind_a, rank_a, peer_a, succ_ptr_a, succ_idx_a, int64_t n_ranks):
             for e in range(succ_ptr[t], succ_ptr[t + 1]):
                 dep[r * n_ranks + rank[succ[e]]] = 1
     return xf_a, dep_a
+
+
+def part_order(part_of_rank_a, rank_a, kind_a, op_a):
+    """For fabric/parts.py, a counting sort of the tasks by their rank's part in two passes (no per-task
+    temporaries): (order int64[n]: each part's tasks in task order, part after part; bounds int64[K + 1]: part k is
+    order[bounds[k]:bounds[k + 1]]; local int32[n]: each task's place in its part; gx int32[n]: a transfer's index
+    among the transfer tasks; gl int32[n]: a load's index among the loads; the number of transfers). gx and gl are
+    left unset for the other tasks."""
+    cdef const int64_t[::1] part_of_rank = np.ascontiguousarray(part_of_rank_a, np.int64)
+    cdef const int32_t[::1] rank = np.ascontiguousarray(rank_a, np.int32)
+    cdef const int8_t[::1] kind = np.ascontiguousarray(kind_a, np.int8)
+    cdef const int8_t[::1] op = np.ascontiguousarray(op_a, np.int8)
+    cdef Py_ssize_t n = kind.shape[0], t
+    cdef int64_t K = int(np.max(part_of_rank_a)) + 1 if len(part_of_rank_a) else 1, p, i, nx = 0, nl = 0
+    bounds_a = np.zeros(K + 1, np.int64)
+    pos_a = np.zeros(K, np.int64)
+    order_a = np.empty(n, np.int64)
+    local_a = np.empty(n, np.int32)
+    gx_a = np.empty(n, np.int32)
+    gl_a = np.empty(n, np.int32)
+    cdef int64_t[::1] bounds = bounds_a
+    cdef int64_t[::1] pos = pos_a
+    cdef int64_t[::1] order = order_a
+    cdef int32_t[::1] local = local_a
+    cdef int32_t[::1] gx = gx_a
+    cdef int32_t[::1] gl = gl_a
+    with nogil:
+        for t in range(n):
+            bounds[part_of_rank[rank[t]] + 1] += 1
+        for p in range(K):
+            bounds[p + 1] += bounds[p]
+            pos[p] = bounds[p]
+        for t in range(n):
+            p = part_of_rank[rank[t]]
+            i = pos[p]
+            pos[p] += 1
+            order[i] = t
+            local[t] = <int32_t>(i - bounds[p])
+            if kind[t] == T_TRANSFER:
+                gx[t] = <int32_t>nx
+                nx += 1
+                if op[t] == 1:
+                    gl[t] = <int32_t>nl
+                    nl += 1
+    return order_a, bounds_a, local_a, gx_a, gl_a, nx
+
+
+def part_csr(succ_ptr_a, succ_idx_a, tasks_a, local_a, kind_a, op_a, gx_a, gl_a, int64_t n_xf):
+    """For fabric/parts.py, one part's successor CSR in its own task ids and its transfers' flow ids, in one pass
+    over its tasks (tasks: its task ids ascending; local, gx, gl, n_xf: part_order's): (succ_ptr int64[m + 1],
+    succ_idx int32[...], xf_flow int32[...]: its transfers' gx, then its loads' n_xf + gl, each in task order)."""
+    cdef const int64_t[::1] succ_ptr = np.ascontiguousarray(succ_ptr_a, np.int64)
+    cdef const int32_t[::1] succ = np.ascontiguousarray(succ_idx_a, np.int32)
+    cdef const int64_t[::1] tasks = np.ascontiguousarray(tasks_a, np.int64)
+    cdef const int32_t[::1] local = np.ascontiguousarray(local_a, np.int32)
+    cdef const int8_t[::1] kind = np.ascontiguousarray(kind_a, np.int8)
+    cdef const int8_t[::1] op = np.ascontiguousarray(op_a, np.int8)
+    cdef const int32_t[::1] gx = np.ascontiguousarray(gx_a, np.int32)
+    cdef const int32_t[::1] gl = np.ascontiguousarray(gl_a, np.int32)
+    cdef Py_ssize_t m = tasks.shape[0], i
+    cdef int64_t t, e, k = 0, n_edges = 0, n_x = 0, n_l = 0, x = 0, l
+    with nogil:
+        for i in range(m):
+            t = tasks[i]
+            n_edges += succ_ptr[t + 1] - succ_ptr[t]
+            if kind[t] == T_TRANSFER:
+                n_x += 1
+                n_l += op[t] == 1
+    ptr_a = np.empty(m + 1, np.int64)
+    idx_a = np.empty(n_edges, np.int32)
+    flow_a = np.empty(n_x + n_l, np.int32)
+    cdef int64_t[::1] ptr = ptr_a
+    cdef int32_t[::1] idx = idx_a
+    cdef int32_t[::1] flow = flow_a
+    with nogil:
+        l = n_x
+        ptr[0] = 0
+        for i in range(m):
+            t = tasks[i]
+            for e in range(succ_ptr[t], succ_ptr[t + 1]):
+                idx[k] = local[succ[e]]
+                k += 1
+            ptr[i + 1] = k
+            if kind[t] == T_TRANSFER:
+                flow[x] = gx[t]
+                x += 1
+                if op[t] == 1:
+                    flow[l] = <int32_t>(n_xf + gl[t])
+                    l += 1
+    return ptr_a, idx_a, flow_a
