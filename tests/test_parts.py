@@ -6,15 +6,22 @@ every task time, channel counter, link state, total and translation count must e
 groups of ranks exchanging stores and loads with compute between them, on both engines, with bit errors; on a
 lowered step of two data-parallel replicas; and on parts whose own transfer numbering differs from the whole
 run's. A part that cannot finish makes the whole run again as one engine, with the joint run's report."""
+import json
+
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from hypothesis import event, given, settings, strategies as st
 
 from fabric import parts, sim
+from fabric.capture import capture
+from fabric.cli.replay import main
 from fabric.config import load_config
 from fabric.errors import SimulationError
+from fabric.lower import lower
 from fabric.network import build
 from fabric.taskgraph import COMPUTE, LOAD, STORE, TRANSFER, GraphBuilder
+from fabric.trace import read, write
 
 
 def assert_same(a: sim.RunResult, b: sim.RunResult) -> None:
@@ -152,3 +159,22 @@ def test_a_run_with_a_transfer_table_or_faults_does_not_split(monkeypatch):
     monkeypatch.setattr(parts, "plan", lambda *a: pytest.fail("split"))
     sim.run(cfg, topo, graph, jobs=2)                                   # transfers=True: a per-transfer table
     sim.run(cfg, topo, graph, jobs=2, transfers=False, faults=[("corrupt_flit", 0, 1, 1)])
+
+
+@pytest.mark.parametrize("engine", ["packet", "analytic"])
+def test_fabric_replay_reports_the_same_with_parts(tmp_path, engine):
+    """Two data-parallel replicas of a TP8 step, each in its own host domain of sd200: fabric-replay with one
+    engine and with a thread per part writes the same report, wall times aside."""
+    path = tmp_path / "dp2.h5"
+    write(path, capture(model="llama-3-70b", tp=8, replicas=2, context=256))
+    cfg = load_config(preset="sd200")
+    topo = build(cfg)
+    assert len(parts.plan(sim.as_arrays(topo), sim.as_arrays(lower(read(path), cfg)))[0].tasks) == 2
+    reports = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"r{jobs}.json"
+        res = CliRunner().invoke(main, [str(path), "--engine", engine, "--jobs", jobs, "--quiet", "--json", str(out)])
+        assert res.exit_code == 0, res.output
+        r = json.loads(out.read_text())
+        reports.append({k: v for k, v in r.items() if k not in ("wall_s", "lower_s")})
+    assert reports[0] == reports[1]
