@@ -459,10 +459,9 @@ def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int 
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays)
     planned[0].graph = kernel_graph
     params = kernel_params(cfg, topo, engine=engine)
-    shared_topo = topo_arrays
-    if engine == "packet":      # (the analytic engine interns only the paths its part's transfers take)
-        hop, at1 = kernel.route_graph_of(topo_arrays)
-        shared_topo = dict(topo_arrays, route_hop=hop, path_at1=at1)
+    # route entries once for all parts, and for the packet engines the route graph (the analytic engine interns
+    # only the paths its part's transfers take)
+    shared_topo = dict(topo_arrays, **kernel.shared_routes(topo_arrays, engine == "packet"))
     # each part's graph is a fresh copy: its engine may pack its transfers' addresses into its host_addr
     eng = parts.PartsRun(lambda g: kernel.Engine(params, shared_topo, g, engine == "analytic", xlate=xlate,
                                                  retire_transfers=True, own_addresses=True),

@@ -101,17 +101,22 @@ cdef inline int32_t choose_path(SimC* s, int32_t src, int32_t dst, int32_t flow)
     return <int32_t>(a + flow % n)
 
 
-def route_graph_of(dict topo):
-    """The route graph of topo's routes (build_route_graph) as arrays: (route_hop int32[n, 2]: each node's hop and
-    next node; path_at1 int32[paths]). Engines given them in topo (keys route_hop, path_at1) copy them instead of
-    building their own (0.2 s at 1024 ranks): a run split into parts (fabric.parts) builds it once for them all."""
+def shared_routes(dict topo, bint graph):
+    """What every engine on topo's routes would make alike, made once for several (the parts of a split run,
+    fabric.parts): {"path_hv": the route entries (60 MB at 1024 ranks)} and, with graph, the route graph of every
+    path (build_route_graph: "route_hop" int32[n, 2], each node's hop and next node; "path_at1" int32[paths]).
+    Engines given them in topo read the entries where they are and copy the graph (0.2 s less each at 1024 ranks)."""
     cdef SimC s
     keep = {}
     memset(&s, 0, sizeof(SimC))
     s.n_ch = len(topo["ch_src"])
-    setup_routes(&s, keep, dict(topo, route_hop=None))
-    hop = np.empty((s.n_hop, 2), np.int32)
-    if s.n_hop:
-        memcpy(cnp.PyArray_DATA(hop), s.hop, <size_t>s.n_hop * sizeof(HopC))
+    s.analytic = not graph         # (the analytic engine's set-up leaves the graph to its transfers: none here)
+    setup_routes(&s, keep, dict(topo, route_hop=None, path_hv=None))
+    out = {"path_hv": keep["path_hv"]}
+    if graph:
+        hop = np.empty((s.n_hop, 2), np.int32)
+        if s.n_hop:
+            memcpy(cnp.PyArray_DATA(hop), s.hop, <size_t>s.n_hop * sizeof(HopC))
+        out.update(route_hop=hop, path_at1=keep["path_at1"])
     free(s.hop)
-    return hop, keep["path_at1"]
+    return out

@@ -196,17 +196,23 @@ cdef int setup_routes(SimC* s, dict keep, dict topo) except -1:
     if (max(s.n_ch, 1) << s.vcl_bits) >= (1 << 31):
         raise ValueError("too many channels to pack routes into int32")
     path_ch = np.asarray(topo["path_ch"], np.int32)
-    s.path_hv = <int32_t*>keep_small_pages(keep, "path_hv", path_ch.size, np.int32, None if path_ch.size else 0)
-    hv = keep["path_hv"][:path_ch.size]                         # int32 throughout: no int64 temporaries
-    np.left_shift(path_ch, s.vcl_bits, out=hv)
-    np.bitwise_or(hv, path_vcl, out=hv)
+    if topo.get("path_hv") is not None:         # made once (shared_routes) for several engines, which only read it
+        if len(topo["path_hv"]) < max(path_ch.size, 1):
+            raise ValueError("path_hv does not belong to these routes (use kernel.shared_routes(topo))")
+        s.path_hv = <int32_t*>keep_view(keep, "path_hv", topo["path_hv"], np.int32)
+    else:
+        s.path_hv = <int32_t*>keep_small_pages(keep, "path_hv", path_ch.size, np.int32,
+                                               None if path_ch.size else 0)
+        hv = keep["path_hv"][:path_ch.size]                     # int32 throughout: no int64 temporaries
+        np.left_shift(path_ch, s.vcl_bits, out=hv)
+        np.bitwise_or(hv, path_vcl, out=hv)
     n_paths = pp.size - 1 if pp.size else 0
     if topo.get("route_hop") is not None:
-        # built once for these routes (route_graph_of) and shared by several engines: each takes its own copy
+        # built once for these routes (shared_routes) and shared by several engines: each takes its own copy
         hop = np.ascontiguousarray(topo["route_hop"], np.int32)
         at1 = topo["path_at1"]
         if hop.ndim != 2 or hop.shape[1] != 2 or len(at1) != n_paths:
-            raise ValueError("route_hop / path_at1 do not belong to these routes (use kernel.route_graph_of(topo))")
+            raise ValueError("route_hop / path_at1 do not belong to these routes (use kernel.shared_routes(topo))")
         s.path_at1 = <int32_t*>keep_array(keep, "path_at1", at1, np.int32)
         s.n_hop = hop.shape[0]
         s.hop = <HopC*>malloc(<size_t>max(s.n_hop, 1) * sizeof(HopC))
