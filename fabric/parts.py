@@ -19,17 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fabric.taskgraph import TRANSFER
-
-
-def _ranges(ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """The concatenation of ranges ptr[i]..ptr[i+1] for i in idx (int64)."""
-    lo, n = ptr[idx], ptr[idx + 1] - ptr[idx]
-    total = int(n.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n)
-    return starts + np.arange(total, dtype=np.int64)
+from fabric.taskgraph import csr_ranges
 
 
 def _components(n_nodes: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -56,7 +46,8 @@ def node_parts(topo: dict, graph: dict) -> tuple[np.ndarray, np.ndarray]:
     R, n_nodes = int(topo["n_ranks"]), len(topo["node_kind"])
     pairs, deps = kernel.rank_pairs(graph["kind"], graph["rank"], graph["peer"], graph["succ_ptr"],
                                     graph["succ_idx"], R)
-    hops = _ranges(np.asarray(topo["path_ptr"]), _ranges(np.asarray(topo["pair_ptr"]), np.flatnonzero(pairs)))
+    paths = csr_ranges(np.asarray(topo["pair_ptr"]), np.flatnonzero(pairs))
+    hops = csr_ranges(np.asarray(topo["path_ptr"]), paths)
     ch = np.unique(np.asarray(topo["path_ch"])[hops])
     d = np.flatnonzero(deps)
     lab = _components(n_nodes, np.concatenate((np.asarray(topo["ch_src"], np.int64)[ch], d // R)),
@@ -83,15 +74,15 @@ class Plan:
         tasks = [order[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
         self.tasks = sorted(tasks, key=lambda t: int(t[0]))
         self.rank_part = [int(part_of_rank[graph["rank"][t[0]]]) for t in self.tasks]
-        self.graph = graph       # whose columns part_graph takes (the caller may swap in a copy with more)
 
-    def part_graph(self, i: int) -> dict:
-        """Part i's graph: the whole graph's columns at its tasks (ranks unchanged), its tasks renumbered 0.. in
-        their order, its CSR made from theirs, and `xf_flow`, its transfers' flow ids in the whole graph (a
-        transfer's index among the transfer tasks; a load's response flow: the number of transfers plus its index
-        among the loads), in the order the engine numbers its own: first the transfers, then the loads' responses."""
+    def part_graph(self, graph: dict, i: int) -> dict:
+        """Part i's graph, from `graph` (the planned one, or the same tasks with more columns: host_addr): its
+        columns at the part's tasks (ranks unchanged), its tasks renumbered 0.. in their order, its CSR made from
+        theirs, and `xf_flow`, its transfers' flow ids in the whole graph (a transfer's index among the transfer
+        tasks; a load's response flow: the number of transfers plus its index among the loads), in the order the
+        engine numbers its own: first the transfers, then the loads' responses."""
         from fabric._check_build import kernel
-        g, t = self.graph, self.tasks[i]
+        g, t = graph, self.tasks[i]
         out = {k: g[k][t] for k in ("kind", "rank", "peer", "stream", "nbytes", "duration_ps", "op", "coll",
                                     "src_op", "addr", "host_addr") if g.get(k) is not None}
         ptr, idx, flow = kernel.part_csr(g["succ_ptr"], g["succ_idx"], t, self._local, g["kind"], g["op"], self._gx,
@@ -110,10 +101,12 @@ class PartsRun:
     dropped once it has run and its results are read, so only `jobs` engines are alive at once. A channel's
     counters and state come from the engine of the part its source node belongs to (the others never touch it)."""
 
-    def __init__(self, make, parts: Plan, n_tasks: int, owner: np.ndarray, jobs: int):
-        """make(graph) -> Engine; owner: int64[C], the index in `parts` of the part owning each channel (-1 none:
-        its values come from the first part's engine, where it idles too)."""
-        self._make, self._parts, self._owner, self._jobs = make, parts, owner, jobs
+    def __init__(self, make, parts: Plan, graph: dict, owner: np.ndarray, jobs: int):
+        """make(graph) -> Engine; graph: the one parts was planned on, or it with more columns (Plan.part_graph);
+        owner: int64[C], the index in `parts` of the part owning each channel (-1 none: its values come from the
+        first part's engine, where it idles too)."""
+        self._make, self._parts, self._graph, self._owner, self._jobs = make, parts, graph, owner, jobs
+        n_tasks = len(graph["kind"])
         self._start, self._end = np.empty(n_tasks, np.int64), np.empty(n_tasks, np.int64)
         self._got: list[dict] = [{} for _ in parts.tasks]
         self._lock = threading.Lock()
@@ -128,7 +121,7 @@ class PartsRun:
 
         def one(i: int) -> str:
             tasks = self._parts.tasks[i]
-            eng = self._make(self._parts.part_graph(i))
+            eng = self._make(self._parts.part_graph(self._graph, i))
             while True:
                 outcome = eng.run(max_events=slice_events)
                 if progress is not None:

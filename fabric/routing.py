@@ -25,6 +25,7 @@ import numpy as np
 
 from fabric._check_build import kernel
 from fabric.errors import RoutingError
+from fabric.taskgraph import csr_ranges
 from fabric.topology import Topology
 
 METHODS = ("auto", "dor", "updown", "shortest")
@@ -440,7 +441,7 @@ def confined(topo: Topology, n: int) -> Topology:
     R = topo.n_ranks
     pairs = (np.arange(n, dtype=np.int64)[:, None] * R + np.arange(n)).ravel()
     cnt = np.diff(topo.pair_ptr)[pairs]
-    path = np.repeat(topo.pair_ptr[pairs] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    path = csr_ranges(topo.pair_ptr, pairs)
     return _with_paths(topo, np.repeat(pairs, cnt), topo.path_ptr[path], topo.path_ptr[path + 1], topo.path_ch,
                        topo.path_vcl, topo.routing)
 

@@ -457,7 +457,6 @@ def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int 
     if planned is None:
         return None
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays)
-    planned[0].graph = kernel_graph
     params = kernel_params(cfg, topo, engine=engine)
     # route entries once for all parts, and for the packet engines the route graph (the analytic engine interns
     # only the paths its part's transfers take)
@@ -465,7 +464,7 @@ def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int 
     # each part's graph is a fresh copy: its engine may pack its transfers' addresses into its host_addr
     eng = parts.PartsRun(lambda g: kernel.Engine(params, shared_topo, g, engine == "analytic", xlate=xlate,
                                                  retire_transfers=True, own_addresses=True),
-                         planned[0], len(graph_arrays["kind"]), planned[1], jobs)
+                         planned[0], kernel_graph, planned[1], jobs)
     t0 = time.perf_counter()
     outcome = eng.run(slice_events, progress)
     return outcome, eng, time.perf_counter() - t0

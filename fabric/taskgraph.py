@@ -45,6 +45,12 @@ _TASK_COLUMNS = {  # name -> dtype, default
 }
 
 
+def csr_ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The positions ptr[i]..ptr[i+1] of each row i in `rows`, concatenated (int64): a CSR's entries of those rows."""
+    lo, n = ptr[rows], ptr[rows + 1] - ptr[rows]
+    return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()), dtype=np.int64)
+
+
 class GraphError(FabricError):
     """A task graph breaks its contract (cycle, index out of range, inconsistent CSR)."""
 
@@ -150,8 +156,7 @@ class TaskGraph:
             counts = ptr[frontier + 1] - ptr[frontier]
             if counts.sum() == 0:
                 break
-            starts = np.repeat(ptr[frontier] - np.cumsum(counts) + counts, counts)
-            succ = idx[starts + np.arange(counts.sum())]
+            succ = idx[csr_ranges(ptr, frontier)]
             uniq, dec = np.unique(succ, return_counts=True)
             indeg[uniq] -= dec
             frontier = uniq[indeg[uniq] == 0]
@@ -298,8 +303,9 @@ class _Stamp:
         from fabric._check_build import kernel
         f = self.frag
         apeer, aoff, window = self.addr
-        kernel.stamp_fragment(tuple(cols[k] for k in _TASK_COLUMNS), lo, f.task_kind, f.rank, f.peer, f.stream, f.task_nbytes,
-                              f.duration_ps, f.op, apeer, aoff, self.ranks, self.streams, self.cid0, window)
+        kernel.stamp_fragment(tuple(cols[k] for k in _TASK_COLUMNS), lo, f.task_kind, f.rank, f.peer, f.stream,
+                              f.task_nbytes, f.duration_ps, f.op, apeer, aoff, self.ranks, self.streams, self.cid0,
+                              window)
 
     @property
     def edges(self) -> tuple:

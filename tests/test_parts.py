@@ -107,7 +107,7 @@ def test_parts_keep_the_whole_runs_flow_ids():
     g = sim.as_arrays(graph)
     plan, _ = parts.plan(sim.as_arrays(topo), g)
     assert len(plan.tasks) == 2 and len(np.unique(np.diff(topo.pair_ptr))) > 1
-    flows = plan.part_graph(1)["xf_flow"]
+    flows = plan.part_graph(g, 1)["xf_flow"]
     assert np.any(flows % 2 != np.arange(len(flows)) % 2)
     for engine in ("packet", "analytic"):
         assert_same(sim.run(cfg, topo, graph, engine=engine, transfers=False),

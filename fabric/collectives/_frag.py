@@ -423,8 +423,8 @@ class FragBuilder:
                             src_buf=cat["src_buf"], src_off=cat["src_off"])
         frag = Fragment(kind=self.kind, algorithm=self.algorithm, nbytes=self.nbytes, n=self.n,
                         task_kind=cat["kind"], rank=cat["rank"], peer=cat["peer"], stream=cat["stream"],
-                        task_nbytes=cat["nbytes"], duration_ps=cat["dur"], op=cat["op"], edge_src=ep, edge_dst=es, start=np.asarray(start, np.int64),
-                        done=np.asarray(done, np.int64), root=self.root,
+                        task_nbytes=cat["nbytes"], duration_ps=cat["dur"], op=cat["op"], edge_src=ep, edge_dst=es,
+                        start=np.asarray(start, np.int64), done=np.asarray(done, np.int64), root=self.root,
                         buf_bytes=tuple(sorted(self.buf_bytes.items())), sem=sem,
                         protocol=self.protocol or "", addr_buf=self._addr_buf(cat), addr_off=self._addr_off(cat))
         for a in (frag.task_kind, frag.rank, frag.peer, frag.stream, frag.task_nbytes, frag.duration_ps, frag.op,

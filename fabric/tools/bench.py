@@ -90,7 +90,8 @@ def _replay_stages(case: str):
     graph = lower(tr, cfg)
     st["lower"], t = time.perf_counter() - t, time.perf_counter()
     # as fabric-replay: independent parts (fabric.parts) on every core, their engines built in their threads
-    parted = sim.run_parts(cfg, topo, graph, engine, default_jobs()) if default_jobs() > 1 else None
+    jobs = default_jobs()
+    parted = sim.run_parts(cfg, topo, graph, engine, jobs) if jobs > 1 else None
     if parted is not None:
         eng = parted[1]
         st["engine"], st["run"], t = 0.0, time.perf_counter() - t, time.perf_counter()
