@@ -1,6 +1,7 @@
-"""glibc's malloc thresholds, set from Python (a no-op where mallopt is missing: not glibc). Two users with opposite
-needs: the commands give large arrays their own mappings so freed memory leaves the process (fabric.cli.common);
-sweep and validate workers keep them in the heap so one run's arrays are reused by the next (reuse_freed_arrays)."""
+"""glibc's malloc thresholds, set from Python (a no-op where mallopt is missing: not glibc). Every command keeps
+freed arrays of up to 32 MiB in the heap (arrays_from_heap), so the next arrays of a run reuse their pages instead
+of mapping and faulting in new ones; sweep and validate workers also keep the heap across runs
+(reuse_freed_arrays)."""
 from __future__ import annotations
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -19,13 +20,20 @@ def set_thresholds(trim: int | None = None, mmap: int | None = None) -> None:
         pass
 
 
+def arrays_from_heap() -> None:
+    """Both thresholds fixed high (mmap 32 MiB: glibc's largest on 64-bit; trim 256 MiB), so that freed arrays stay
+    in the heap and the next ones reuse their pages instead of mapping and zeroing new ones. glibc's own dynamic
+    thresholds start at 128 KiB and only rise as large blocks are freed, so a run's early arrays would each be a
+    fresh mapping. Costs resident memory of up to the trim threshold."""
+    set_thresholds(trim=256 << 20, mmap=32 << 20)
+
+
 def reuse_freed_arrays() -> None:
-    """Both thresholds raised (32 MiB: glibc's largest mmap threshold on 64-bit), so that freed arrays stay in the
-    heap and the next run's arrays reuse their pages instead of mapping and zeroing new ones (page faults: a run of
-    many replays spends a fifth of its time there). Costs resident memory of up to the trim threshold."""
+    """arrays_from_heap, and lowering no longer hands its freed heap back (fabric.lower): for a process that runs
+    many replays (page faults: a run of many replays spends a fifth of its time there)."""
     if not _REUSING:
         _REUSING.append(True)
-        set_thresholds(trim=256 << 20, mmap=32 << 20)
+        arrays_from_heap()
 
 
 def reusing_freed_arrays() -> bool:

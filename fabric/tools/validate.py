@@ -192,8 +192,8 @@ def _before_fork(todo: list[tuple]) -> None:
 
 
 def _reuse_heap() -> None:
-    """Keep freed arrays in the heap (glibc), so that one run's arrays are reused by the next instead of mapped and
-    zeroed again (the commands' own setting returns them: fabric.cli.common); results are unaffected."""
+    """Keep freed arrays in the heap (glibc) across runs too, so that one run's arrays are reused by the next instead
+    of mapped and zeroed again (fabric._malloc.reuse_freed_arrays); results are unaffected."""
     from fabric._malloc import reuse_freed_arrays
     reuse_freed_arrays()
 
