@@ -167,10 +167,11 @@ def _reference_graph(ops, n_ranks, window):
                                                 ("alltoall", "direct", 2)]),
               st.lists(st.permutations(range(8)), min_size=1, max_size=3), st.integers(0, 3)),
     st.tuples(st.just("edges"), st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 10 ** 6)), max_size=6))),
-    min_size=1, max_size=8), st.sampled_from([None, 1 << 30]))
-def test_builder_writes_what_the_blocks_say(script, window):
+    min_size=1, max_size=8), st.sampled_from([None, 1 << 30]), st.sampled_from([1, 3]))
+def test_builder_writes_what_the_blocks_say(script, window, threads):
     """Any mix of add_tasks, add_fragments and add_edges calls builds, column by column and edge by edge, the graph
-    the calls describe (the builder writes stamped fragments straight into the graph's arrays at build)."""
+    the calls describe (the builder writes stamped fragments straight into the graph's arrays at build), whether
+    one thread writes the blocks or several (threads=3: each a run of them, however few tasks)."""
     b = GraphBuilder(8, window_bytes=window)
     ops = []
     for step in script:
@@ -190,7 +191,10 @@ def test_builder_writes_what_the_blocks_say(script, window):
             s = [y % b.n_tasks for _, y in step[1]]
             b.add_edges(p, s)
             ops.append(("edges", p, s))
-    g = b.build()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("fabric.taskgraph._FILL_THREAD_TASKS", 1 if threads > 1 else 1 << 40)
+        mp.setattr("fabric.tools.pool.default_jobs", lambda: threads)
+        g = b.build()
     cols, succ_idx, out_deg = _reference_graph(ops, 8, window)
     for k, v in cols.items():
         assert getattr(g, k).tolist() == v, k
