@@ -17,7 +17,7 @@ from fabric import parts, sim
 from fabric.capture import capture
 from fabric.cli.replay import main
 from fabric.config import load_config
-from fabric.errors import SimulationError
+from fabric.errors import ConfigError, SimulationError
 from fabric.lower import lower
 from fabric.network import build
 from fabric.taskgraph import COMPUTE, LOAD, STORE, TRANSFER, GraphBuilder
@@ -150,6 +150,18 @@ def test_a_part_that_cannot_finish_reports_as_the_joint_run():
     with pytest.raises(SimulationError) as split:
         sim.run(cfg, topo, graph, transfers=False, jobs=2)
     assert str(joint.value) == str(split.value)
+
+
+def test_a_split_run_refuses_what_the_joint_run_refuses():
+    """The checks run alongside the split run's inputs (sim.run_parts): their error is the joint run's."""
+    cfg = load_config(preset="sd200", overrides={"link.vcs": 1})
+    topo = build(cfg)
+    graph = domain_graph(topo, [0, 1, 0, 1])
+    with pytest.raises(ConfigError) as joint:
+        sim.run(cfg, topo, graph, transfers=False)
+    with pytest.raises(ConfigError) as split:
+        sim.run(cfg, topo, graph, transfers=False, jobs=2)
+    assert "link.vcs" in str(split.value) and str(joint.value) == str(split.value)
 
 
 def test_a_run_with_a_transfer_table_or_faults_does_not_split(monkeypatch):
