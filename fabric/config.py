@@ -624,6 +624,15 @@ def _machine_memory_mb() -> int:
         return 16 << 10
 
 
+def machine_cores() -> int:
+    """The cores this process may use (its CPU affinity), at least 1."""
+    import os
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:          # pragma: no cover - macOS
+        return max(os.cpu_count() or 1, 1)
+
+
 AUTO_MAX_EVENTS = 2_000_000_000
 
 

@@ -331,8 +331,8 @@ def _fill_blocks(blocks: list, cols: dict) -> None:
     with about equal tasks, one thread each (the cores, at most one per _FILL_THREAD_TASKS tasks)."""
     sizes = np.array([blk.size for blk in blocks], np.int64)
     starts = np.concatenate(([0], np.cumsum(sizes)))
-    from fabric.tools.pool import default_jobs
-    jobs = int(min(default_jobs(), starts[-1] // _FILL_THREAD_TASKS, len(blocks)))
+    from fabric.config import machine_cores
+    jobs = int(min(machine_cores(), starts[-1] // _FILL_THREAD_TASKS, len(blocks)))
 
     def fill(lo: int, hi: int) -> None:
         for i in range(lo, hi):

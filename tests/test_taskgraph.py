@@ -193,7 +193,7 @@ def test_builder_writes_what_the_blocks_say(script, window, threads):
             ops.append(("edges", p, s))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("fabric.taskgraph._FILL_THREAD_TASKS", 1 if threads > 1 else 1 << 40)
-        mp.setattr("fabric.tools.pool.default_jobs", lambda: threads)
+        mp.setattr("fabric.config.machine_cores", lambda: threads)
         g = b.build()
     cols, succ_idx, out_deg = _reference_graph(ops, 8, window)
     for k, v in cols.items():

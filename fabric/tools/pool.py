@@ -7,16 +7,9 @@ Workers are forked (Linux, macOS with the fork context), so nothing but the call
 from __future__ import annotations
 
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-
-def default_jobs() -> int:
-    """The cores this process may use."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except AttributeError:          # pragma: no cover - macOS
-        return max(os.cpu_count() or 1, 1)
+from fabric.config import machine_cores as default_jobs   # the cores this process may use
 
 
 def _call(job):
