@@ -184,10 +184,11 @@ class PartsRun:
         return self._by_owner("link_state")
 
 
-def plan(topo: dict, graph: dict) -> tuple[Plan, np.ndarray] | None:
+def plan(topo: dict, graph: dict, found: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Plan, np.ndarray] | None:
     """The parts of a run (Plan) and the index among them of each channel's owning part, the part of its source
-    node (-1: none), or None when the graph has fewer than two parts with tasks."""
-    part_of_rank, part_of_node = node_parts(topo, graph)
+    node (-1: none), or None when the graph has fewer than two parts with tasks. found: node_parts(topo, graph),
+    when the caller has it already."""
+    part_of_rank, part_of_node = found if found is not None else node_parts(topo, graph)
     if part_of_rank.max() < 1:
         return None
     p = Plan(graph, part_of_rank)
