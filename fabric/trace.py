@@ -106,6 +106,17 @@ class OpTable:
     def same_as(self, other: "OpTable") -> bool:
         return self is other or all(np.array_equal(getattr(self, c), getattr(other, c)) for c in COLUMNS)
 
+    def digest(self) -> bytes:
+        """sha256 of every column as the file stores it (dtype, length, contents): tables that are the same (same_as)
+        have the same digest, so write() finds a rank's equal among the tables so far by one lookup."""
+        h = hashlib.sha256()
+        for c, dt in COLUMNS.items():
+            a = getattr(self, c)
+            a = np.asarray(a, dtype=str) if c in STRING_COLUMNS else np.ascontiguousarray(a, dtype=dt)
+            h.update(f"{c}:{a.dtype.str}:{len(a)};".encode())
+            h.update(a.tobytes())
+        return h.digest()
+
     @classmethod
     def from_rows(cls, rows: list[dict], deps: list[list[int]]) -> "OpTable":
         """Build from row dicts (missing keys take neutral defaults) and one dependency list per row."""
@@ -181,16 +192,19 @@ def _write(path, trace: Trace, check: bool = True, sign: bool = True) -> None:
         if problems:
             raise TraceError(_summary(f"refusing to write an invalid trace to {path}", problems))
     path = Path(path)
+    # each rank's table, or the first equal one before it (by digest, then compared: 1024 distinct tables took
+    # 15 s of pairwise comparisons)
     tables: list[OpTable] = []
     table_of_rank = np.zeros(trace.n_ranks, np.int32)
+    first_with: dict[bytes, list[int]] = {}
     for r, t in enumerate(trace.ops):
-        for k, u in enumerate(tables):
-            if u.same_as(t):
-                table_of_rank[r] = k
-                break
-        else:
-            table_of_rank[r] = len(tables)
+        same = first_with.setdefault(t.digest(), [])
+        k = next((k for k in same if tables[k].same_as(t)), None)
+        if k is None:
+            k = len(tables)
             tables.append(t)
+            same.append(k)
+        table_of_rank[r] = k
     meta = dict(trace.meta)
     meta["schema_version"] = SCHEMA_VERSION
     tmp = path.with_name(path.name + ".tmp")

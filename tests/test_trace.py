@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 h5py = pytest.importorskip("h5py")
 
@@ -61,6 +62,33 @@ def test_replicated_ranks_share_one_table(tmp_path):
     with h5py.File(TOY, "r") as f:
         assert list(f["ops/tables"].keys()) == ["0"]
         assert f["ops/table_of_rank"][()].tolist() == [0] * 8
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=12))
+def test_equal_rank_tables_are_stored_once_in_first_seen_order(tmp_path_factory, pattern):
+    """Rank r gets variant pattern[r]: variants 0 and 3 are equal tables (separate objects), 1 differs from 0 only
+    in a string column, 2 only in a duration. The file holds each distinct table once, numbered by first use, and
+    every rank reads back its own."""
+    def table(v):
+        return T.OpTable.from_rows([dict(name="a", duration_ns=2000.0 if v == 2 else 1000.0,
+                                         module="m.b" if v == 1 else "m.a")], [[]])
+    variants = [table(v) for v in range(4)]
+    meta = dict(schema_version=1, model="unit", model_config={}, plan=dict(tp=len(pattern), ep=1), batch=1,
+                context=8, chip="h200", tool="test", tool_version="0")
+    tr = T.Trace(meta=meta, n_ranks=len(pattern), groups=[list(range(len(pattern)))],
+                 ops=[variants[v] for v in pattern])
+    p = tmp_path_factory.mktemp("dedupe") / "t.h5"
+    T.write(p, tr)
+    first: list[int] = []                       # distinct variants in first-use order (3 is 0)
+    for v in pattern:
+        if (0 if v == 3 else v) not in first:
+            first.append(0 if v == 3 else v)
+    with h5py.File(p, "r") as f:
+        assert len(f["ops/tables"].keys()) == len(first)
+        assert f["ops/table_of_rank"][()].tolist() == [first.index(0 if v == 3 else v) for v in pattern]
+    back = T.read(p)
+    assert all(b.same_as(variants[v]) for b, v in zip(back.ops, pattern))
 
 
 def test_default_trace_is_the_one_shipped_package_data():
