@@ -448,11 +448,12 @@ def _parse(f) -> tuple[Trace | None, list[str]]:
         if tgroup is None:
             problems.append("ops/tables: group is missing")
         else:
+            columns: dict = {}       # each dataset read once, however many tables link it
             for k in sorted(set(tor.tolist())):
                 if k < 0 or str(k) not in tgroup:
                     problems.append(f"ops/table_of_rank refers to table {k}, which does not exist")
                     continue
-                t = _read_table(tgroup[str(k)], f"ops/tables/{k}", problems)
+                t = _read_table(tgroup[str(k)], f"ops/tables/{k}", problems, columns)
                 if t is not None:
                     tables[k] = t
             if len(tables) == len(set(tor.tolist())):
@@ -468,7 +469,10 @@ def _s(v) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
-def _read_table(g, where, problems) -> OpTable | None:
+def _read_table(g, where, problems, columns: dict) -> OpTable | None:
+    """Table group g; columns: the datasets read so far (by HDF5 object: write() hard-links a column equal to
+    one already stored, and a 1024-rank trace's 15,360 columns are ~400 datasets), each read and checked once and
+    shared, read-only, by every table that links it."""
     import h5py
     if not isinstance(g, h5py.Group):
         problems.append(f"{where}: is not a group")
@@ -479,12 +483,17 @@ def _read_table(g, where, problems) -> OpTable | None:
         obj = _dataset(g, c, problems, where=f"{where}/{c}")
         if obj is None:
             continue
+        if obj.id in columns:
+            cols[c] = columns[obj.id]
+            continue
         if not _check_dtype(f"{where}/{c}", obj, dt, problems):
             continue
         if c in STRING_COLUMNS:
             cols[c] = np.array(obj.asstr()[()], dtype=object)
         else:
             cols[c] = obj[()]
+        cols[c].flags.writeable = False
+        columns[obj.id] = cols[c]
     if len(problems) > n_before:
         return None
     n = len(cols["op_id"])
