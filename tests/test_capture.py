@@ -154,6 +154,27 @@ def test_tp_ep_alltoall():
     assert sum(expert_bytes) == pytest.approx(58 * 8 * 7168 * 4096 * 2, rel=0.02)
 
 
+@pytest.mark.parametrize("kw", [dict(model="deepseek-r1", tp=8, ep=32, batch=4),
+                                dict(model="kimi-k2", tp=4, ep=16, batch=8, weight_dtype="fp8"),
+                                dict(model="qwen3-235b-a22b", tp=4, ep=16, batch=2, cost_model="shape"),
+                                dict(model="deepseek-r1", tp=16, ep=16, dispatch_dtype="bf16")])
+def test_expert_parallel_ranks_equal_their_op_by_op_build(monkeypatch, kw):
+    """Ranks 1.. of an expert-parallel step are derived from rank 0's table (plan.lower's rank_table): every
+    column of every rank equals building that rank op by op (dp = ep/tp tp groups, shape and roofline costs)."""
+    import functools
+
+    import fabric.capture as cap
+    from fabric.capture import plan as plan_mod
+    fast = capture(**kw)
+    monkeypatch.setattr(cap, "lower", functools.partial(plan_mod.lower, each_rank_built=True))
+    ref = capture(**kw)
+    assert fast.n_ranks == ref.n_ranks == kw["ep"] and fast.meta == ref.meta
+    assert len({int(t.group.max()) for t in fast.ops}) == max(kw["ep"] // kw["tp"], 1)
+    for r, (a, b) in enumerate(zip(fast.ops, ref.ops)):
+        for c in T.COLUMNS:
+            assert np.array_equal(getattr(a, c), getattr(b, c)), (r, c)
+
+
 def test_tp8_ep64_replicas():
     tr = capture("deepseek-r1", tp=8, ep=64, batch=8)
     assert tr.n_ranks == 64 and len(tr.groups) == 9
