@@ -106,17 +106,6 @@ class OpTable:
     def same_as(self, other: "OpTable") -> bool:
         return self is other or all(np.array_equal(getattr(self, c), getattr(other, c)) for c in COLUMNS)
 
-    def digest(self) -> bytes:
-        """sha256 of every column as the file stores it (dtype, length, contents): tables that are the same (same_as)
-        have the same digest, so write() finds a rank's equal among the tables so far by one lookup."""
-        h = hashlib.sha256()
-        for c, dt in COLUMNS.items():
-            a = getattr(self, c)
-            a = np.asarray(a, dtype=str) if c in STRING_COLUMNS else np.ascontiguousarray(a, dtype=dt)
-            h.update(f"{c}:{a.dtype.str}:{len(a)};".encode())
-            h.update(a.tobytes())
-        return h.digest()
-
     @classmethod
     def from_rows(cls, rows: list[dict], deps: list[list[int]]) -> "OpTable":
         """Build from row dicts (missing keys take neutral defaults) and one dependency list per row."""
@@ -192,13 +181,14 @@ def _write(path, trace: Trace, check: bool = True, sign: bool = True) -> None:
         if problems:
             raise TraceError(_summary(f"refusing to write an invalid trace to {path}", problems))
     path = Path(path)
-    # each rank's table, or the first equal one before it (by digest, then compared: 1024 distinct tables took
-    # 15 s of pairwise comparisons)
+    stored_as = _StoredColumns()
+    # each rank's table, or the first equal one before it: found by its columns' keys, then compared (1024
+    # distinct tables took 15 s of pairwise comparisons)
     tables: list[OpTable] = []
     table_of_rank = np.zeros(trace.n_ranks, np.int32)
-    first_with: dict[bytes, list[int]] = {}
+    first_with: dict[tuple, list[int]] = {}
     for r, t in enumerate(trace.ops):
-        same = first_with.setdefault(t.digest(), [])
+        same = first_with.setdefault(tuple(stored_as(c, getattr(t, c))[0] for c in COLUMNS), [])
         k = next((k for k in same if tables[k].same_as(t)), None)
         if k is None:
             k = len(tables)
@@ -220,32 +210,43 @@ def _write(path, trace: Trace, check: bool = True, sign: bool = True) -> None:
             f.create_dataset("groups/ptr", data=gptr)
             f.create_dataset("groups/ranks", data=granks)
             f.create_dataset("ops/table_of_rank", data=table_of_rank)
-            stored: dict[tuple, str] = {}  # identical columns of different tables are stored once (hard links)
+            stored: dict[tuple, object] = {}  # identical columns of different tables are stored once (hard links)
             for k, t in enumerate(tables):
                 g = f.create_group(f"ops/tables/{k}")
-                for c, dt in COLUMNS.items():
-                    a = getattr(t, c)
-                    if c in STRING_COLUMNS:
-                        enc = [str(s).encode("utf-8") for s in a]
-                        width = max([len(e) for e in enc] + [1])
-                        data = np.array(enc, dtype=f"S{width}")
-                        h5dt = h5py.string_dtype("utf-8", length=width)
-                    else:
-                        data = np.ascontiguousarray(a, dtype=dt)
-                        h5dt = dt
-                    key = (c, data.dtype.str, hashlib.sha256(data.tobytes()).hexdigest())
+                for c in COLUMNS:
+                    key, data = stored_as(c, getattr(t, c))
                     if key in stored:
-                        g[c] = f[stored[key]]
+                        g[c] = stored[key]
                         continue
                     kw = dict(compression="gzip", compression_opts=6, shuffle=True) if len(data) > 16 else {}
-                    g.create_dataset(c, data=data.astype(h5dt) if c in STRING_COLUMNS else data, **kw)
-                    stored[key] = f"ops/tables/{k}/{c}"
+                    h5dt = h5py.string_dtype("utf-8", length=data.dtype.itemsize) if c in STRING_COLUMNS else None
+                    stored[key] = g.create_dataset(c, data=data.astype(h5dt) if h5dt is not None else data, **kw)
         if sign:
             _sign(tmp)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+class _StoredColumns:
+    """A column as the file stores it, and its key (name, dtype, sha256 of the bytes): equal columns, equal keys.
+    Strings are UTF-8, as wide as the longest (at least 1 byte). Each column array is encoded and hashed once,
+    however many tables hold it (the ranks of a captured step share theirs: fabric.capture.plan)."""
+
+    def __init__(self):
+        self._of: dict[int, tuple] = {}       # id(array) -> (array, key, data); the array kept, so its id stays
+
+    def __call__(self, c: str, a) -> tuple[tuple, np.ndarray]:
+        got = self._of.get(id(a))
+        if got is None:
+            if c in STRING_COLUMNS:
+                enc = [str(s).encode("utf-8") for s in a]
+                data = np.array(enc, dtype=f"S{max([len(e) for e in enc] + [1])}")
+            else:
+                data = np.ascontiguousarray(a, dtype=COLUMNS[c])
+            got = self._of[id(a)] = (a, (c, data.dtype.str, hashlib.sha256(data.tobytes()).hexdigest()), data)
+        return got[1], got[2]
 
 
 def _sign(path) -> None:
