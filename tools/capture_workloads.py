@@ -4,7 +4,7 @@
     python tools/capture_workloads.py [--out DIR] [NAME ...]     # default: all, into ./workloads
     fabric-replay DIR/NAME.h5 --preset PRESET [--engine analytic]
 
-The specs, not the files, are what the project ships: a 1024-rank trace takes 3-4 s to capture here.
+The specs, not the files, are what the project ships: a 1024-rank trace takes ~1 s to capture here.
 """
 from __future__ import annotations
 
