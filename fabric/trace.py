@@ -77,7 +77,8 @@ _MAX_FILE_BYTES = 1 << 31  # refuse to slurp anything larger: no trace of one de
 
 @dataclass
 class OpTable:
-    """One rank's ordered ops as equal-length numpy columns; dependencies as CSR into the same table."""
+    """One rank's ordered ops as equal-length numpy columns; dependencies as CSR into the same table. Tables that
+    read() returns, and the ranks of a capture, share columns, read-only: copy one before changing it."""
     op_id: np.ndarray
     name: np.ndarray
     kind: np.ndarray
@@ -183,7 +184,8 @@ def _write(path, trace: Trace, check: bool = True, sign: bool = True) -> None:
     path = Path(path)
     stored_as = _StoredColumns()
     # each rank's table, or the first equal one before it: found by its columns' keys, then compared (1024
-    # distinct tables took 15 s of pairwise comparisons)
+    # distinct tables took 15 s of pairwise comparisons). Equal means the same bytes: a -0.0 where another table
+    # has 0.0 is its own table now (the pairwise comparison merged them and lost the sign).
     tables: list[OpTable] = []
     table_of_rank = np.zeros(trace.n_ranks, np.int32)
     first_with: dict[tuple, list[int]] = {}
@@ -235,17 +237,18 @@ class _StoredColumns:
     however many tables hold it (the ranks of a captured step share theirs: fabric.capture.plan)."""
 
     def __init__(self):
-        self._of: dict[int, tuple] = {}       # id(array) -> (array, key, data); the array kept, so its id stays
+        self._of: dict[tuple, tuple] = {}     # (column, id(array)) -> (array, key, data); the array kept, so
+        #                                       its id stays (one array may serve two columns of other dtypes)
 
     def __call__(self, c: str, a) -> tuple[tuple, np.ndarray]:
-        got = self._of.get(id(a))
+        got = self._of.get((c, id(a)))
         if got is None:
             if c in STRING_COLUMNS:
                 enc = [str(s).encode("utf-8") for s in a]
                 data = np.array(enc, dtype=f"S{max([len(e) for e in enc] + [1])}")
             else:
                 data = np.ascontiguousarray(a, dtype=COLUMNS[c])
-            got = self._of[id(a)] = (a, (c, data.dtype.str, hashlib.sha256(data.tobytes()).hexdigest()), data)
+            got = self._of[c, id(a)] = (a, (c, data.dtype.str, hashlib.sha256(data.tobytes()).hexdigest()), data)
         return got[1], got[2]
 
 
@@ -484,8 +487,8 @@ def _read_table(g, where, problems, columns: dict) -> OpTable | None:
         obj = _dataset(g, c, problems, where=f"{where}/{c}")
         if obj is None:
             continue
-        if obj.id in columns:
-            cols[c] = columns[obj.id]
+        if (c, obj.id) in columns:       # (a link under another column's name is checked as that column)
+            cols[c] = columns[c, obj.id]
             continue
         if not _check_dtype(f"{where}/{c}", obj, dt, problems):
             continue
@@ -494,7 +497,7 @@ def _read_table(g, where, problems, columns: dict) -> OpTable | None:
         else:
             cols[c] = obj[()]
         cols[c].flags.writeable = False
-        columns[obj.id] = cols[c]
+        columns[c, obj.id] = cols[c]
     if len(problems) > n_before:
         return None
     n = len(cols["op_id"])

@@ -91,6 +91,26 @@ def test_equal_rank_tables_are_stored_once_in_first_seen_order(tmp_path_factory,
     assert all(b.same_as(variants[v]) for b, v in zip(back.ops, pattern))
 
 
+def test_one_array_in_two_columns_and_a_column_linked_to_another(tmp_path):
+    """write() keys what it stores by column and array, so one array serving two columns of different dtypes is
+    stored as each; read() checks a dataset under every column name that links it."""
+    z = np.zeros(1, np.int64)
+    t = T.OpTable.from_rows([dict(name="a", duration_ns=1.0)], [[]])
+    shared = T.OpTable(**dict(t.columns(), dep_ptr=t.dep_ptr, dep_idx=t.dep_idx, coll_bytes=z, layer=z))
+    tr = small_trace(1)
+    p = tmp_path / "t.h5"
+    T.write(p, T.Trace(meta=tr.meta, n_ranks=1, groups=[[0]], ops=[shared]))
+    back = T.read(p).ops[0]
+    assert back.layer.dtype == np.int32 and back.coll_bytes.dtype == np.int64
+    q = tmp_path / "u.h5"
+    T._write(q, T.Trace(meta=tr.meta, n_ranks=1, groups=[[0]], ops=[t]), sign=False)
+    with h5py.File(q, "r+") as f:
+        g = f["ops/tables/0"]
+        del g["layer"]
+        g["layer"] = g["name"]
+    assert T.validate(q) == ["ops/tables/0/layer: dtype |S1 is wrong, expected int32"]
+
+
 def test_default_trace_is_the_one_shipped_package_data():
     import tomllib
     p = T.default_trace_path()
