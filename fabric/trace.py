@@ -473,10 +473,22 @@ def _s(v) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
+def _hard_link_address(g, name: str):
+    """The file address of the object hard link `name` of group g names (the same for every hard link to it), or
+    None (no such link, or a soft or external one)."""
+    import h5py
+    try:
+        info = g.id.links.get_info(name.encode())
+    except (KeyError, RuntimeError):
+        return None
+    return info.u if info.type == h5py.h5l.TYPE_HARD else None
+
+
 def _read_table(g, where, problems, columns: dict) -> OpTable | None:
-    """Table group g; columns: the datasets read so far (by HDF5 object: write() hard-links a column equal to
-    one already stored, and a 1024-rank trace's 15,360 columns are ~400 datasets), each read and checked once and
-    shared, read-only, by every table that links it."""
+    """Table group g; columns: the datasets read so far, by (column, file address of the object a hard link names):
+    write() hard-links a column equal to one already stored, and a 1024-rank trace's 15,360 columns are ~400
+    datasets. Each is opened, checked and read once and shared, read-only, by every table that links it under the
+    same column name (a link under another name is checked as that column)."""
     import h5py
     if not isinstance(g, h5py.Group):
         problems.append(f"{where}: is not a group")
@@ -484,11 +496,12 @@ def _read_table(g, where, problems, columns: dict) -> OpTable | None:
     cols = {}
     n_before = len(problems)
     for c, dt in COLUMNS.items():
+        key = (c, _hard_link_address(g, c))
+        if key[1] is not None and key in columns:      # no open: a link's address is 10x cheaper to look up
+            cols[c] = columns[key]
+            continue
         obj = _dataset(g, c, problems, where=f"{where}/{c}")
         if obj is None:
-            continue
-        if (c, obj.id) in columns:       # (a link under another column's name is checked as that column)
-            cols[c] = columns[c, obj.id]
             continue
         if not _check_dtype(f"{where}/{c}", obj, dt, problems):
             continue
@@ -497,7 +510,8 @@ def _read_table(g, where, problems, columns: dict) -> OpTable | None:
         else:
             cols[c] = obj[()]
         cols[c].flags.writeable = False
-        columns[c, obj.id] = cols[c]
+        if key[1] is not None:
+            columns[key] = cols[c]
     if len(problems) > n_before:
         return None
     n = len(cols["op_id"])

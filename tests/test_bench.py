@@ -27,6 +27,18 @@ def test_scaling_exponent_of_a_linear_cost():
                                                     for r in rows])
 
 
+def test_capture_case_times_capture_write_and_read():
+    """capture-1024's stages, here on the 128-rank kimi-k2 workload (the case itself takes the 1024-rank one)."""
+    bench.check_cases(["capture-1024"])
+    res = bench.capture_stages("kimi-k2-tp64-ep128")
+    assert list(res.stages) == ["capture", "write", "read"] and res.events == 0
+    assert res.wall_s == pytest.approx(sum(res.stages.values()))
+    row = dict(case="capture-1024", packets=0, packet_hops=0, events=0, wall_s=res.wall_s, events_per_s=0.0,
+               packet_hops_per_s=0.0, peak_rss_mb=1.0, stages=res.stages, process_s=1.0)
+    text = bench.render([row])
+    assert "capture-1024: end to end" in text and "wall s above: run" not in text
+
+
 def test_quick_suite_runs(tmp_path):
     out = tmp_path / "bench.json"
     res = CliRunner().invoke(main, ["--quick", "--json", str(out)])

@@ -18,6 +18,8 @@ Cases (see docs/performance.md for figures):
   imports and exit too, what `time fabric-replay` shows): the shipped step on both engines, and its 16 DP replicas
   on sd200-1024 (workload deepseek-r1-dp16-tp64) on the analytic engine, so that time and memory outside the kernel
   show.
+- `capture-1024`: the trace of a 1024-card deployment (workload kimi-k2-tp64-ep128-x8: 1024 distinct rank
+  tables) captured, written to HDF5 and read back, each stage timed; no kernel (wall s: the three stages).
 - `oneshot-N` (N = 128 .. 1024, presets sd200-N): the same one-shot traffic with 256 B packets; above 64 ranks
   the message shrinks as 64/N so that the total stays tractable (packets then grow linearly in N, not N^2), and
   the case name says the message size. The scaling exponent is fitted on wall time vs packets.
@@ -55,7 +57,7 @@ def oneshot_name(n: int) -> str:
 FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "ring-16MB-64",
         "allreduce-1G-dgx-h100"] + \
        [oneshot_name(n) for n in (128, 256, 512, 1024)] + \
-       ["replay-sd200", "replay-sd200-analytic", "replay-1024-analytic"]
+       ["replay-sd200", "replay-sd200-analytic", "replay-1024-analytic", "capture-1024"]
 QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
 
 
@@ -114,10 +116,35 @@ def _replay_stages(case: str):
     return res
 
 
+def capture_stages(workload: str = "kimi-k2-tp64-ep128-x8"):
+    """capture-1024: capture a built-in workload (fabric.capture.workloads), write it and read it back, each stage
+    timed. Returns what child() reads of a run (no packets, no events; wall_s: the three stages) with .stages."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from fabric import trace as tracemod
+    from fabric.capture.workloads import capture_workload
+    st, t = {}, time.perf_counter()
+    tr = capture_workload(workload)
+    st["capture"], t = time.perf_counter() - t, time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, f"{workload}.h5")
+        tracemod.write(path, tr)
+        st["write"], t = time.perf_counter() - t, time.perf_counter()
+        back = tracemod.read(path)
+        st["read"] = time.perf_counter() - t
+    if back.n_ranks != tr.n_ranks:
+        raise RuntimeError(f"{workload}: read back {back.n_ranks} ranks of {tr.n_ranks}")
+    return SimpleNamespace(totals={"carved": 0}, counters={"packets": np.zeros(1, np.int64)}, events=0,
+                           wall_s=sum(st.values()), outcome="done", stages=st)
+
+
 def _run_case(case: str):
     """Build and run one case in this process; returns the sim.RunResult."""
     if case.startswith("replay-"):
         return _replay_stages(case)
+    if case == "capture-1024":
+        return capture_stages()
     from fabric import sim
     from fabric.config import load_config
     from fabric.network import build
@@ -199,7 +226,7 @@ def scaling_exponent(rows: list[dict], per: str = "packets", of: str = "wall_s")
 
 _PATTERNS = (r"link(-quick)?", r"oneshot-(?P<n>[0-9]+)(-[0-9]+B)?", r"decode-(?P<preset>[a-z0-9-]+)-(packet|analytic)",
              r"ring-[1-9][0-9]*MB-64", r"allreduce-[1-9][0-9]*G-(?P<preset2>[a-z0-9-]+)",
-             r"replay-(sd200|1024)(-analytic)?")
+             r"replay-(sd200|1024)(-analytic)?", r"capture-1024")
 
 
 def check_cases(cases) -> None:
@@ -272,7 +299,8 @@ def render(rows: list[dict], repeat: int = 1) -> str:
         if r.get("stages"):
             st = r["stages"]
             lines.append(f"{r['case']}: end to end {sum(st.values()):.2f} s in the child = "
-                         + " + ".join(f"{k} {v:.2f}" for k, v in st.items()) + " (wall s above: run); process "
+                         + " + ".join(f"{k} {v:.2f}" for k, v in st.items())
+                         + (" (wall s above: run)" if "run" in st else "") + "; process "
                          f"{r['process_s']:.2f} s with interpreter, imports and exit")
     if repeat > 1:
         lines.append(f"wall s: the fastest of {repeat} runs of each case")
