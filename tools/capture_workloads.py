@@ -24,6 +24,9 @@ def main() -> int:
     ap.add_argument("names", nargs="*", metavar="NAME", help=f"workloads (default all): {', '.join(WORKLOADS)}")
     ap.add_argument("--out", default="workloads", help="directory to write NAME.h5 into")
     args = ap.parse_args()
+    unknown = [n for n in args.names if n not in WORKLOADS]
+    if unknown:                # before anything is captured: one line naming the known ones (exit 2)
+        ap.error(f"unknown workload(s) {', '.join(map(repr, unknown))}; choose from {', '.join(WORKLOADS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in args.names or list(WORKLOADS):
