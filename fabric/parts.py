@@ -76,15 +76,16 @@ class Plan:
         self.rank_part = [int(part_of_rank[graph["rank"][t[0]]]) for t in self.tasks]
 
     def part_graph(self, graph: dict, i: int) -> dict:
-        """Part i's graph, from `graph` (the planned one, or the same tasks with more columns: host_addr): its
-        columns at the part's tasks (ranks unchanged), its tasks renumbered 0.. in their order, its CSR made from
+        """Part i's graph, from `graph` (the planned one, or the same tasks with more columns: host_addr): the
+        columns its engine reads (not coll, src_op or the global addr: the report's, or translated into host_addr)
+        at the part's tasks (ranks unchanged), its tasks renumbered 0.. in their order, its CSR made from
         theirs, and `xf_flow`, its transfers' flow ids in the whole graph (a transfer's index among the transfer
         tasks; a load's response flow: the number of transfers plus its index among the loads), in the order the
         engine numbers its own: first the transfers, then the loads' responses."""
         from fabric._check_build import kernel
         g, t = graph, self.tasks[i]
-        out = {k: g[k][t] for k in ("kind", "rank", "peer", "stream", "nbytes", "duration_ps", "op", "coll",
-                                    "src_op", "addr", "host_addr") if g.get(k) is not None}
+        out = {k: g[k][t] for k in ("kind", "rank", "peer", "stream", "nbytes", "duration_ps", "op", "host_addr")
+               if g.get(k) is not None}
         ptr, idx, flow = kernel.part_csr(g["succ_ptr"], g["succ_idx"], t, self._local, g["kind"], g["op"], self._gx,
                                          self._gl, self._n_xf)
         out.update(n_ranks=g["n_ranks"], succ_ptr=ptr, succ_idx=idx, n_deps=g["n_deps"][t], xf_flow=flow)
