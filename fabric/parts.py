@@ -41,7 +41,8 @@ def node_parts(topo: dict, graph: dict) -> tuple[np.ndarray, np.ndarray]:
     """(int64[R], int64[n_nodes]): the part of each rank, numbered from 0 by its smallest rank, and of each node
     (-1: on no route the graph uses). Two ranks are in one part when a dependency joins their tasks, or some node
     lies on a candidate route, in either direction, of a pair of ranks that a transfer of each part uses (a route
-    is a chain of channels, so joining each used channel's two ends joins the route's whole node set)."""
+    is a chain of channels, so joining each used channel's two ends joins the route's whole node set). ValueError
+    if a task is on no rank of the topology."""
     from fabric._check_build import kernel
     R, n_nodes = int(topo["n_ranks"]), len(topo["node_kind"])
     pairs, deps = kernel.rank_pairs(graph["kind"], graph["rank"], graph["peer"], graph["succ_ptr"],

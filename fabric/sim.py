@@ -320,7 +320,13 @@ _recorder: list | None = None   # fabric.timeline.recording(): runs append their
 
 
 def check_run(cfg: FabricConfig, topo_arrays: dict, graph_arrays: dict, engine: str) -> None:
-    """What a run needs before its engine is built: VC levels, switch legs, size (ConfigError otherwise)."""
+    """What a run needs before its engine is built: every task on a rank of the topology (the engine indexes its
+    per-rank state by it), VC levels, switch legs, size (ConfigError otherwise)."""
+    rank, R = np.asarray(graph_arrays["rank"]), int(topo_arrays["n_ranks"])
+    if len(rank) and (rank.min() < 0 or rank.max() >= R):
+        t = int(np.flatnonzero((rank < 0) | (rank >= R))[0])
+        raise ConfigError(f"task {t} is on rank {int(rank[t])}, but the topology has ranks 0..{R - 1}; build the "
+                          f"graph for this topology (or choose a preset with more accelerators)")
     need = 2 * int(topo_arrays["vc_levels"])
     if cfg.link.vcs < need:
         raise ConfigError(f"link.vcs={cfg.link.vcs} is too few for this routing: 2 traffic classes x "
@@ -330,12 +336,13 @@ def check_run(cfg: FabricConfig, topo_arrays: dict, graph_arrays: dict, engine: 
 
 
 def make_engine(cfg: FabricConfig, topo, graph, engine: str = "packet", *, retire_transfers: bool = False,
-                rank_map=None):
-    """The kernel Engine that `run` drives, after the checks a run needs (VC levels, switch legs, size); the task
-    graph's host addresses are translated (kernel_inputs) into an array the engine then packs its transfers'
-    addresses into (Engine own_addresses: no second copy)."""
+                rank_map=None, checked: bool = False):
+    """The kernel Engine that `run` drives, after the checks a run needs (check_run; checked=True: the caller ran
+    them); the task graph's host addresses are translated (kernel_inputs) into an array the engine then packs its
+    transfers' addresses into (Engine own_addresses: no second copy)."""
     topo_arrays, graph_arrays = as_arrays(topo), as_arrays(graph)
-    check_run(cfg, topo_arrays, graph_arrays, engine)
+    if not checked:
+        check_run(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
     return kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
                          xlate=xlate, retire_transfers=retire_transfers,
@@ -363,11 +370,13 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     specs = parse_all(cfg.faults if permanent is None else permanent)
     if specs and engine != "packet":
         raise ConfigError("permanent faults (--fault, [[faults]]) need the packet engine; drop --engine analytic")
-    n_tasks = len(as_arrays(graph)["kind"])
+    graph_arrays = as_arrays(graph)
+    n_tasks = len(graph_arrays["kind"])
+    check_run(cfg, as_arrays(topo), graph_arrays, engine)       # once, for either way of running
     split = None
     if jobs > 1 and not transfers and not specs and not faults and _recorder is None and migrate is None \
             and alive is None and not retired and rank_map is None:
-        split = run_parts(cfg, topo, graph, engine, jobs, slice_events, progress)
+        split = run_parts(cfg, topo, graph, engine, jobs, slice_events, progress, checked=True)
     if split is not None and split[0] != kernel.DONE:   # stuck, or out of events: the report is the joint run's
         return run(cfg, topo, graph, engine=engine, progress=progress, slice_events=slice_events,
                    raise_on_stuck=raise_on_stuck, transfers=transfers, permanent=permanent)
@@ -417,7 +426,8 @@ def _run_one(cfg, topo, graph, engine, faults, progress, slice_events, transfers
     from fabric.failover import Schedule
     # no per-transfer table asked for and no permanent fault to rewind flows: transfer records are built as issued
     # and released once done (1 M x 128 B for a decode step, 2 GB at 1024 ranks, down to those in flight)
-    eng = make_engine(cfg, topo, graph, engine, retire_transfers=not transfers and not specs, rank_map=rank_map)
+    eng = make_engine(cfg, topo, graph, engine, retire_transfers=not transfers and not specs, rank_map=rank_map,
+                      checked=True)
     schedule = Schedule(specs, topo, cfg, alive, retired, migrate) if specs else None
     for kind, ch, n, k in faults:
         eng.add_fault(FAULTS[kind], int(ch), int(n), int(k))
@@ -445,11 +455,11 @@ def _run_one(cfg, topo, graph, engine, faults, progress, slice_events, transfers
 
 
 def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int = 2, slice_events: int = 2_000_000,
-              progress=None):
+              progress=None, *, checked: bool = False):
     """The graph's independent parts (fabric.parts) run as separate engines, `jobs` at a time, after the whole
-    run's checks and with its address translation, kernel parameters and route graph made once: (outcome, the
-    parts' run (reads like an Engine), wall s of set-up and run), or None when the graph is one part. run(jobs=N)
-    uses it; fabric-bench times it as a stage."""
+    run's checks (check_run; checked=True: the caller ran them) and with its address translation, kernel
+    parameters and route graph made once: (outcome, the parts' run (reads like an Engine), wall s of set-up and
+    run), or None when the graph is one part. run(jobs=N) uses it; fabric-bench times it as a stage."""
     from concurrent.futures import ThreadPoolExecutor
 
     from fabric import parts
@@ -459,10 +469,11 @@ def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int 
         # the address translation, and the route entries once for all parts (for the packet engines the route
         # graph too; the analytic engine interns only the paths its part's transfers take)
         return kernel_inputs(cfg, topo, graph_arrays), kernel.shared_routes(topo_arrays, engine == "packet")
+    if not checked:
+        check_run(cfg, topo_arrays, graph_arrays, engine)     # before anything is made for the engines
     found = parts.node_parts(topo_arrays, graph_arrays)
-    if found[0].max() < 1:          # one part (the shipped step): the joint run, with its own checks
+    if found[0].max() < 1:          # one part (the shipped step): the joint run
         return None
-    check_run(cfg, topo_arrays, graph_arrays, engine)     # before anything is made for the engines
     # the inputs' C passes run without the GIL, alongside the plan (1024 ranks: 0.5 -> 0.4 s). Where only one of
     # the parts has tasks (plan: None) they were made for nothing, and the joint run makes its own.
     with ThreadPoolExecutor(max_workers=1) as ex:

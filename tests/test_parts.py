@@ -164,6 +164,22 @@ def test_a_split_run_refuses_what_the_joint_run_refuses():
     assert "link.vcs" in str(split.value) and str(joint.value) == str(split.value)
 
 
+def test_a_task_on_no_rank_of_the_topology_is_refused_either_way():
+    """A task on rank 70 of sd200's 64: one line before any engine is made, joint or split (the engine, and the
+    parts' C passes, index per-rank state by it: it crashed both)."""
+    cfg = load_config(preset="sd200")
+    topo = build(cfg)
+    b = GraphBuilder(topo.n_ranks)
+    b.add_tasks(TRANSFER, [0, 8], peer=[1, 9], nbytes=64)
+    b.add_tasks(COMPUTE, 70, stream=0, duration_ps=5)
+    graph = b.build()
+    for jobs in (1, 2):
+        with pytest.raises(ConfigError, match="task 2 is on rank 70, but the topology has ranks 0..63"):
+            sim.run(cfg, topo, graph, transfers=False, jobs=jobs)
+    with pytest.raises(ValueError, match="task 2 is on rank 70, outside 0..63"):
+        parts.node_parts(sim.as_arrays(topo), sim.as_arrays(graph))
+
+
 def test_a_run_with_a_transfer_table_or_faults_does_not_split(monkeypatch):
     cfg = load_config(preset="sd200")
     topo = build(cfg)

@@ -98,7 +98,8 @@ def _replay_stages(case: str):
         eng = parted[1]
         st["engine"], st["run"], t = 0.0, time.perf_counter() - t, time.perf_counter()
     else:
-        eng = sim.make_engine(cfg, topo, graph, engine, retire_transfers=True)  # as fabric-replay: run(transfers=False)
+        eng = sim.make_engine(cfg, topo, graph, engine, retire_transfers=True,  # as fabric-replay: run(transfers=False)
+                              checked=jobs > 1)                           # run_parts checked it
         st["engine"], t = time.perf_counter() - t, time.perf_counter()
         while eng.run(max_events=2_000_000) == kernel.PAUSED:
             pass

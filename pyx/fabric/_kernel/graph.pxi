@@ -321,7 +321,8 @@ def transfer_load(kind_a, op_a, nbytes_a, rank_a, peer_a, duration_a, pair_ptr_a
 def rank_pairs(kind_a, rank_a, peer_a, succ_ptr_a, succ_idx_a, int64_t n_ranks):
     """For fabric/parts.py, one pass over a graph's tasks and edges (50 M at 1024 ranks: no per-edge temporaries):
     (transfer pairs, dependency pairs), uint8[R * R] each. transfer[a * R + b] = 1 when a transfer joins ranks a and
-    b (a != b, both ranks), in both directions; dependency[a * R + b] = 1 when a task on rank a precedes one on b."""
+    b (a != b, both ranks), in both directions; dependency[a * R + b] = 1 when a task on rank a precedes one on b.
+    ValueError if a task's rank is outside 0..R-1 (such a graph has no parts by rank)."""
     cdef const int8_t[::1] kind = np.ascontiguousarray(kind_a, np.int8)
     cdef const int32_t[::1] rank = np.ascontiguousarray(rank_a, np.int32)
     cdef const int32_t[::1] peer = np.ascontiguousarray(peer_a, np.int32)
@@ -331,7 +332,16 @@ def rank_pairs(kind_a, rank_a, peer_a, succ_ptr_a, succ_idx_a, int64_t n_ranks):
     dep_a = np.zeros(n_ranks * n_ranks, np.uint8)
     cdef uint8_t[::1] xf = xf_a
     cdef uint8_t[::1] dep = dep_a
-    cdef int64_t t, e, r, q
+    cdef int64_t t, e, r, q, bad = -1
+    with nogil:
+        for t in range(rank.shape[0]):
+            if rank[t] < 0 or rank[t] >= n_ranks:
+                bad = t
+                break
+    if bad >= 0:
+        raise ValueError(f"task {bad} is on rank {rank[bad]}, outside 0..{n_ranks - 1}")
+    if succ_ptr.shape[0] != rank.shape[0] + 1 or kind.shape[0] != rank.shape[0]:
+        raise ValueError(f"{rank.shape[0]} ranks, {kind.shape[0]} kinds, {succ_ptr.shape[0]} successor pointers")
     with nogil:
         for t in range(kind.shape[0]):
             r = rank[t]
