@@ -56,8 +56,7 @@ class FragBuilder:
         self.choice, self.view = choice, view
         self.stripe = True      # nccl-like: stripe a store over the choice's channels (rings stripe by channel)
         self._sw: dict = {}
-        self._net: np.ndarray | None = None     # crosses_all's table
-        self._soft: np.ndarray | None = None    # software_all's
+        self._pair_tables: dict = {}            # crosses_all's and software_all's n x n answers (_pair_table)
         self.m = 0
         # task columns, one entry per _add call (see _column): a scalar, or a copy of the call's array
         self._sizes: list[int] = []
@@ -170,36 +169,31 @@ class FragBuilder:
         return self._sw[key]
 
     def crosses_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """crosses of every pair (s[i], d[i]) (int arrays), each distinct pair asked once per builder: calls carry
-        the same few pairs over and over (channels, slices), so the answers are kept in an n x n table."""
-        s, d = np.asarray(s, np.int64), np.asarray(d, np.int64)
-        if len(s) and max(int(s.max()), int(d.max())) >= self.n:
-            return self._per_pair(self.crosses, s, d, bool)
-        if self._net is None:
-            self._net = np.full((self.n, self.n), -1, np.int8)     # -1: not asked yet
-        got = self._net[s, d]
-        new = got < 0
-        if new.any():
-            self._net[s[new], d[new]] = self._per_pair(self.crosses, s[new], d[new], bool)
-            got = self._net[s, d]
-        return got.astype(bool)
+        """crosses of every pair (s[i], d[i]) (int arrays)."""
+        return self._pair_table("crosses", self.crosses, s, d, bool)
 
     def software_all(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """software_ns of every pair (s[i], d[i]), each distinct pair asked once per builder (an n x n table, as
-        crosses_all's)."""
-        s, d = np.asarray(s, np.int64), np.asarray(d, np.int64)
-        if len(s) and max(int(s.max()), int(d.max())) >= self.n:
-            return self._per_pair(self.software_ns, s, d, np.float64)
-        if self._soft is None:
-            self._soft = np.full((self.n, self.n), np.nan)     # NaN: not asked yet
-        got = self._soft[s, d]
-        new = np.isnan(got)
-        if new.any():
-            self._soft[s[new], d[new]] = self._per_pair(self._software_base, s[new], d[new], np.float64)
-            got = self._soft[s, d]
+        """software_ns of every pair (s[i], d[i])."""
+        got = self._pair_table("software", self._software_base, s, d, np.float64)
         if self.__dict__.get("net_pipelined"):
             got[self.crosses_all(s, d)] = 0.0
         return got
+
+    def _pair_table(self, name: str, fn, s, d, dtype) -> np.ndarray:
+        """fn(s[i], d[i]) for every pair (a new array), each distinct pair asked once per builder: calls carry the
+        same few pairs over and over (channels, slices), so the answers are kept in an n x n table (a rank past n,
+        which no table holds, is asked each time)."""
+        s, d = np.asarray(s, np.int64), np.asarray(d, np.int64)
+        if len(s) and max(int(s.max()), int(d.max())) >= self.n:
+            return self._per_pair(fn, s, d, dtype)
+        if name not in self._pair_tables:
+            self._pair_tables[name] = (np.zeros((self.n, self.n), dtype), np.zeros((self.n, self.n), bool))
+        val, known = self._pair_tables[name]
+        new = ~known[s, d]
+        if new.any():
+            val[s[new], d[new]] = self._per_pair(fn, s[new], d[new], dtype)
+            known[s[new], d[new]] = True
+        return val[s, d]
 
     @staticmethod
     def _per_pair(fn, s, d, dtype) -> np.ndarray:
