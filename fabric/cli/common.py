@@ -2,7 +2,6 @@
 --set, --seed), --engine, --json output and the progress bar."""
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import json
@@ -11,52 +10,11 @@ import time
 
 import click
 
+from fabric._process import tune_process
 from fabric.config import FabricConfig, load_config, parse_set, with_overrides
 from fabric.errors import FabricError
 
 ENGINES = ("packet", "analytic")   # fabric.sim.ENGINES, repeated so that no command loads the kernel to parse
-
-
-def _arrays_reuse_freed_pages() -> None:
-    """Arrays of up to 32 MiB come from the heap, and freed ones stay there for the next (fabric._malloc
-    .arrays_from_heap): a split run's parts (fabric.parts) each build and drop an engine of the same shape, and
-    lowering's temporaries come and go. With every array over 1 MiB a mapping of its own, returned when freed (this
-    setting's predecessor), fabric-replay of the 1024-rank DP16 step spent 1.5 M page faults and 3 s of system time:
-    analytic engine 6.9-7.0 -> 6.1-6.6 s end to end (1.46 -> 0.83 M faults), packet engine 18.6 -> 16.4 s, peak RSS
-    2.45 -> 2.6 GB (measured alternately on this 2-core VM); the shipped step's peak (176 MB) and time are unchanged.
-    Commands only (not the library); results are unaffected."""
-    from fabric._malloc import arrays_from_heap
-    arrays_from_heap()
-
-
-def _arrays_on_small_pages() -> None:
-    """numpy asks for transparent huge pages on every large array (madvise), and where the kernel's THP defrag
-    setting is "madvise" (a common default, and this VM's) the first touch of each 2 MiB page compacts memory
-    synchronously: a fresh 1.28 GB array took 4.1 s to fill with them, 0.9 s without. Commands turn the request
-    off, as NUMPY_MADVISE_HUGEPAGE=0 would: fabric-bench replay-1024-analytic 6.3-9.6 -> 5.8-6.2 s end to end,
-    the shipped step no slower (measured alternately, 3 runs each). Results are unaffected; the private numpy hook
-    is looked up, and skipped where it is missing."""
-    import numpy as np
-    hook = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
-    if hook is not None:
-        hook(False)
-
-
-if sys.platform.startswith("linux"):
-    _arrays_reuse_freed_pages()
-    _arrays_on_small_pages()
-
-
-def _exit_without_collecting() -> None:
-    """At interpreter exit (atexit runs before the shutdown's collections), move every object to the collector's
-    permanent generation: the collections that tear the modules down then skip them (fabric-replay's exit 0.06-0.2
-    -> 0.02-0.04 s). Objects are still freed as their references go; only cyclic garbage left at exit is not
-    collected, which the process's end reclaims, and every file a command writes is closed by then (`with`)."""
-    import gc
-    gc.freeze()
-
-
-atexit.register(_exit_without_collecting)
 
 
 def friendly(fn):
@@ -94,7 +52,8 @@ def _print_version(ctx, _param, value):
 
 class _OneLine:
     """Usage errors (unknown option, missing argument, bad choice) as one line on stderr and exit code 2, like
-    every other bad input; --help and normal runs are unchanged. Every command and group gets --version."""
+    every other bad input; --help and normal runs are unchanged. Every command and group gets --version. `main`,
+    where every console script starts, tunes the process first (fabric._process.tune_process)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -103,6 +62,7 @@ class _OneLine:
                                             callback=_print_version, help="print the version and exit"))
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        tune_process()
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:

@@ -68,7 +68,6 @@ def _replay_stages(case: str):
     of independent parts (fabric.parts: the 16 replicas) runs them on every core as fabric-replay does, each part's
     engine built in its thread: its stage "run" holds that set-up too ("engine" 0). Returns the RunResult with
     .stages = {stage: seconds}."""
-    import fabric.cli.common  # noqa: F401  (the commands' malloc setting: the peak RSS fabric-replay has)
     from fabric import sim
     from fabric import trace as tracemod
     from fabric._check_build import kernel
@@ -185,7 +184,10 @@ def _run_case(case: str):
 
 
 def child(case: str) -> None:
-    """Entry point of the per-case subprocess: run, print one JSON line with the counts."""
+    """Entry point of the per-case subprocess: tune the process as a command's (fabric._process: the time and peak
+    RSS fabric-replay has), run, print one JSON line with the counts."""
+    from fabric._process import tune_process
+    tune_process()
     res = _run_case(case)
     print(json.dumps(dict(packets=int(res.totals["carved"]), packet_hops=int(res.counters["packets"].sum()),
                           events=int(res.events), wall_s=float(res.wall_s), outcome=res.outcome,
