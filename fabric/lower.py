@@ -1,11 +1,14 @@
 """Lowering: Trace -> TaskGraph.
 
-    lower(trace, cfg=None, *, semantics=False, stream_order=True, validate=False) -> TaskGraph
+    lower(trace, cfg=None, *, oracle=None, semantics=False, stream_order=True, validate=False) -> TaskGraph
 
 - A compute op becomes one COMPUTE task on (rank, stream) with duration_ps = round(duration_ns * 1000) and nbytes
   = the op's memory bytes.
 - The k-th collective op of every member of a group on that group is one collective instance: the selected
-  algorithm's fragment (fabric.collectives.select / template) stamped over the group's ranks. The fragment starts on
+  algorithm's fragment (fabric.collectives.select / template) stamped over the group's ranks. The config is
+  normalised once for every one of those calls (collectives.fabric_config), and the sd200 library's auto tiers time
+  their candidates with `oracle` (fabric.collectives.policy; default fabric.sim.analytic_times, the analytic
+  engine): lowering hands the cost oracle to the workload layer, which runs no engine itself. The fragment starts on
   rank r after r's predecessors of the op (its start JOIN), and r's successors depend on r's done JOIN: the
   collective completes per rank when that rank's output is ready.
 - The k-th send a -> b matches the k-th receive on b from a: a two-rank sendrecv fragment.
@@ -79,11 +82,15 @@ def _label(trace, r: int, i: int) -> str:
     return " ".join(parts[:1]) + (f" ({', '.join(parts[1:])})" if len(parts) > 1 else "")
 
 
-def lower(trace, cfg=None, *, semantics: bool = False, stream_order: bool = True,
+def lower(trace, cfg=None, *, oracle=None, semantics: bool = False, stream_order: bool = True,
           validate: bool = False) -> TaskGraph:
-    """Turn `trace` (fabric.trace.Trace or anything with its attributes) into a TaskGraph."""
+    """Turn `trace` (fabric.trace.Trace or anything with its attributes) into a TaskGraph on the fabric `cfg`
+    describes (None: the defaults); oracle: the auto tiers' cost oracle (default: the analytic engine's)."""
+    if oracle is None:
+        from fabric.sim import analytic_times as oracle
+    cfg = collectives.fabric_config(cfg)
     # built once _builder's locals (the ops' columns, ~150 MB at 1024 ranks) are gone: the graph's arrays reuse them
-    graph = _builder(trace, cfg, semantics=semantics, stream_order=stream_order).build(validate=validate)
+    graph = _builder(trace, cfg, oracle, semantics=semantics, stream_order=stream_order).build(validate=validate)
     _return_freed_heap()
     return graph
 
@@ -103,8 +110,9 @@ def _return_freed_heap() -> None:
         trim(0)
 
 
-def _builder(trace, cfg, *, semantics: bool, stream_order: bool) -> GraphBuilder:
-    """The GraphBuilder holding every task and edge of the trace's graph (lower's work but the build)."""
+def _builder(trace, cfg, oracle, *, semantics: bool, stream_order: bool) -> GraphBuilder:
+    """The GraphBuilder holding every task and edge of the trace's graph (lower's work but the build); cfg: a
+    FabricConfig."""
     R = int(trace.n_ranks)
     tables = list(trace.ops)
     if len(tables) != R:
@@ -120,9 +128,8 @@ def _builder(trace, cfg, *, semantics: bool, stream_order: bool) -> GraphBuilder
     entry = np.full(G, -1, np.int64)
     exit_ = np.full(G, -1, np.int64)
     from fabric.address import GIB
-    from fabric.config import FabricConfig
     # every store and load of a collective names (peer, buffer, offset): a global address of the unified map
-    b = GraphBuilder(R, semantics=semantics, window_bytes=(cfg or FabricConfig()).topology.accel_mem_gib * GIB)
+    b = GraphBuilder(R, semantics=semantics, window_bytes=cfg.topology.accel_mem_gib * GIB)
 
     # ---- compute ops
     comp = np.flatnonzero(kind == KIND_COMPUTE)
@@ -196,7 +203,7 @@ def _builder(trace, cfg, *, semantics: bool, stream_order: bool) -> GraphBuilder
                 key = (kname, nb, n, root)
                 frag = frags.get(key)
                 if frag is None:        # the policy and the template cache hash the whole config on every call
-                    alg = collectives.select(kname, nb, n, cfg)
+                    alg = collectives.select(kname, nb, n, cfg, oracle=oracle)
                     frag = frags[key] = collectives.template(kname, alg, nb, n, cfg, root=root, semantics=semantics)
                 batches.setdefault(id(frag), (frag, []))[1].append(k)
             for frag, ks in batches.values():

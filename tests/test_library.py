@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabric import collectives
+from fabric import collectives, sim
 from fabric.collectives import library as lib
 from fabric.collectives.symbolic import check
 from fabric.config import CollectivesConfig, load_config, parse_set
@@ -35,7 +35,7 @@ def test_profiles_switch_with_set():
     assert cfg.collectives.library == "nccl-like"
     c = collectives.choose("allreduce", 14336, 8, cfg)
     assert c.algorithm == "ring" and c.protocol in lib.PROTOCOLS and c.channels >= 1
-    s = collectives.choose("allreduce", 14336, 8, SD)
+    s = collectives.choose("allreduce", 14336, 8, SD, oracle=sim.analytic_times)
     assert (s.algorithm, s.protocol, s.channels) == ("twoshot", "", 0)
     assert set(collectives.PROFILES) == set(lib.LIBRARIES) == {"sd200", "nccl-like"}
     for k, c in lib.NCCL_LIKE.items():      # every profile value says what, unit, why
@@ -61,7 +61,8 @@ def test_sd200_profile_is_unchanged():
             assert np.array_equal(getattr(a, f), getattr(b, f)), f
         nbytes, length = data_transfers(a)
         assert (nbytes == length + SD.collectives.flag_bytes).all()
-        assert collectives.select(kind, nb, 8, SD) == collectives.select(kind, nb, 8, explicit)
+        assert collectives.select(kind, nb, 8, SD, oracle=sim.analytic_times) == \
+               collectives.select(kind, nb, 8, explicit, oracle=sim.analytic_times)
 
 
 @pytest.mark.parametrize("proto, factor", [("LL", 2.0), ("LL128", 128 / 120), ("Simple", 1.0)])

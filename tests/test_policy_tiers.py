@@ -13,6 +13,7 @@ from fabric.taskgraph import transfer_graph
 from fabric.tools.collective_probe import probe_collective, sizes
 
 SD200 = load_config("sd200")
+ORACLE = sim.analytic_times      # the cost oracle lowering hands the auto tiers
 DOUBLING = sizes(8, 16 << 20)
 
 
@@ -24,13 +25,13 @@ def _time(cfg, nbytes, n, engine="analytic", algorithm=None):
 def test_tiers_depend_on_group_size():
     """One-shot's n(n-1)M bytes cross the mesh: over 64 ranks it loses to two-shot at sizes where it still wins over
     8 (the fixed 8 KiB ceiling was a 9x cliff at 64 ranks)."""
-    assert select("allreduce", 4096, 8, SD200) == "oneshot"
-    assert select("allreduce", 4096, 64, SD200) == "twoshot"
-    assert select("allreduce", 8, 64, SD200) == "oneshot"
-    assert select("allreduce", 14336, 64, SD200) == "twoshot"     # the DeepSeek-R1 decode AllReduce
-    assert select("allreduce", 16 << 20, 64, SD200) == "ring"
+    assert select("allreduce", 4096, 8, SD200, oracle=ORACLE) == "oneshot"
+    assert select("allreduce", 4096, 64, SD200, oracle=ORACLE) == "twoshot"
+    assert select("allreduce", 8, 64, SD200, oracle=ORACLE) == "oneshot"
+    assert select("allreduce", 14336, 64, SD200, oracle=ORACLE) == "twoshot"     # the DeepSeek-R1 decode AllReduce
+    assert select("allreduce", 16 << 20, 64, SD200, oracle=ORACLE) == "ring"
     # the choice is the least analytic time at the grid size: no candidate is faster there
-    t = policy.times("allreduce", 4096, 64, SD200)
+    t = policy.times("allreduce", 4096, 64, SD200, oracle=ORACLE)
     assert min(t, key=t.get) == "twoshot" and t["oneshot"] > t["twoshot"]
     # a fixed ceiling still fixes the tiers (store path)
     fixed = load_config("sd200", overrides={"collectives.oneshot_max_bytes": 8192,
@@ -57,8 +58,8 @@ def test_collective_paths_tool(tmp_path):
         assert set(row["time_us"]) == set(collective_paths.ALGS)
     # the tool's crossovers are where the policy switches (same engine, same fabric, grid sizes)
     tiers = got["crossovers"]["tier_max_bytes"]
-    assert select("allreduce", tiers["oneshot"], 8, SD200).startswith("oneshot")
-    assert select("allreduce", 2 * tiers["oneshot"], 8, SD200).startswith("twoshot")
+    assert select("allreduce", tiers["oneshot"], 8, SD200, oracle=ORACLE).startswith("oneshot")
+    assert select("allreduce", 2 * tiers["oneshot"], 8, SD200, oracle=ORACLE).startswith("twoshot")
 
 
 def test_grid_size():

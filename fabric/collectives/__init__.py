@@ -1,7 +1,7 @@
 """Collective algorithms as task-graph fragments, the selection policy, and an alpha-beta cost model.
 
-    select(kind, nbytes, n_ranks, cfg) -> algorithm name
-    choose(kind, nbytes, n_ranks, cfg) -> Choice(algorithm, protocol, channels)   (library-aware; see library.py)
+    select(kind, nbytes, n_ranks, cfg, oracle=None) -> algorithm name
+    choose(kind, nbytes, n_ranks, cfg, oracle=None) -> Choice(algorithm, protocol, channels)   (library-aware)
     build(kind, algorithm, nbytes, n, cfg=None, root=0, semantics=True) -> Fragment   (fresh)
     template(kind, algorithm, nbytes, n, cfg=None, root=0, semantics=False) -> Fragment   (cached, read-only)
     cost_model(kind, algorithm, nbytes, n, alpha_ns, beta_ns_per_byte) -> Cost
@@ -12,6 +12,10 @@ whole input for reduce_scatter, each rank's total send for alltoall, the message
 family (allreduce, reduce_scatter, allgather, alltoall, broadcast, p2p), registry (the kinds and algorithms),
 policy, cost, symbolic. Every fragment shares one structure (see _frag.FragBuilder): start JOIN -> launch -> the
 algorithm -> done JOIN per rank. Bad arguments raise fabric.errors.ConfigError.
+
+A pure workload layer: nothing here runs an engine. The sd200 library's auto tiers time their candidates through a
+cost oracle the pipeline passes in (policy's docstring); `cfg` is a FabricConfig, a CollectivesConfig or None,
+turned into a FabricConfig once per entry (policy.fabric_config; lowering normalises it once for all its calls).
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from fabric.collectives import nvls, sliced, tree
 from fabric.collectives._frag import FragBuilder, bounds, is_pow2
 from fabric.collectives.cost import Cost, cost_model
 from fabric.collectives.library import LIBRARIES, PROFILES, PROTOCOLS, Choice, fabric_view, tune
-from fabric.collectives.policy import choose, collectives_config, select
+from fabric.collectives.policy import choose, fabric_config, select
 from fabric.collectives.registry import ALGORITHMS, CORES, KINDS, LIBRARY_ALGORITHMS
 from fabric.errors import ConfigError
 from fabric.taskgraph import Fragment
@@ -39,7 +43,11 @@ def build(kind: str, algorithm: str, nbytes: int, n: int, cfg=None, root: int = 
     tuner's, for this algorithm)."""
     if kind not in CORES:
         raise ConfigError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
-    cc = collectives_config(cfg)
+    return _build(kind, algorithm, nbytes, n, fabric_config(cfg), root, semantics, choice)
+
+
+def _build(kind, algorithm, nbytes, n, cfg, root, semantics, choice) -> Fragment:
+    cc = cfg.collectives
     extra = LIBRARY_ALGORITHMS.get(cc.library, {}).get(kind, ())
     if algorithm not in CORES[kind] and algorithm not in extra:
         raise ConfigError(f"{kind} has no algorithm {algorithm!r}; known: {', '.join(ALGORITHMS[kind] + extra)}")
@@ -83,15 +91,18 @@ def template(kind: str, algorithm: str, nbytes: int, n: int, cfg=None, root: int
              semantics: bool = False, choice: Choice | None = None) -> Fragment:
     """Cached `build` (key: kind, algorithm, nbytes, group size, root, the collectives config -- the whole config
     for the nccl-like library, whose costs depend on the fabric --, semantics, choice)."""
-    cc = collectives_config(cfg)
-    key = cfg if cc.library == "nccl-like" else cc
+    if kind not in CORES:
+        raise ConfigError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
+    cfg = fabric_config(cfg)
+    # the sd200 library's fragments read the [collectives] section alone: one template for every fabric
+    key = cfg if cfg.collectives.library == "nccl-like" else cfg.collectives
     return _template(kind, algorithm, nbytes, n, key, root, semantics, choice)
 
 
 @functools.lru_cache(maxsize=512)
-def _template(kind, algorithm, nbytes, n, cfg, root, semantics, choice) -> Fragment:
-    return build(kind, algorithm, nbytes, n, cfg, root=root, semantics=semantics, choice=choice)
+def _template(kind, algorithm, nbytes, n, key, root, semantics, choice) -> Fragment:
+    return _build(kind, algorithm, nbytes, n, fabric_config(key), root, semantics, choice)
 
 
 __all__ = ["ALGORITHMS", "KINDS", "LIBRARIES", "PROFILES", "PROTOCOLS", "Choice", "Cost", "FragBuilder", "bounds",
-           "build", "choose", "cost_model", "select", "template"]
+           "build", "choose", "cost_model", "fabric_config", "select", "template"]

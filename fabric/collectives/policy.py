@@ -4,12 +4,23 @@ collectives.library = nccl-like, the tuner of fabric/collectives/library.py (`ch
 sd200 (docs/sources.md §SD200 library, docs/collectives.md §Selection policy): AllReduce tiers one-shot ->
 two-shot -> ring, each on its store, load (cache-less) or cached path. The tier ceilings depend on the group size
 and the fabric, so they are not constants: with oneshot_max_bytes = twoshot_max_bytes = 0 (auto, the default) a
-call of M bytes over n ranks runs the algorithm whose time on the analytic engine is least at G, the power of two
->= M (at least 8 B), for a group of ranks 0..n-1 of the configured fabric (`fastest`; cached per (kind, G, n,
-config)). Choosing at G keeps the time monotonic in M: every size in (G/2, G] takes the winner at G, which is no
+call of M bytes over n ranks runs the algorithm whose time on the analytic engine (the cost oracle below) is least
+at G, the power of two >= M (at least 8 B), for a group of ranks 0..n-1 of the configured fabric (`fastest`).
+Choosing at G keeps the time monotonic in M: every size in (G/2, G] takes the winner at G, which is no
 faster at G/2 than the winner there. AllGather / ReduceScatter choose direct or ring the same way. Nonzero ceilings
 fix the tiers instead (store path): M <= oneshot_max_bytes one-shot, <= twoshot_max_bytes two-shot (AllGather /
 ReduceScatter direct), else ring. AllToAll, Broadcast, Send/Recv: direct (the only algorithm modelled).
+
+The auto tiers time their candidates, but collectives never run an engine (this package is the workload layer and
+imports no simulator): the pipeline passes a cost oracle, `oracle(cfg, fragments) -> [us, ...]`, each fragment's
+time run alone over ranks 0..n-1 of the healthy fabric of the FabricConfig `cfg`. fabric.lower.lower passes
+fabric.sim.analytic_times (the analytic engine on the group's confined routes) unless told otherwise, and so do the
+tools that choose an algorithm (fabric-probe collective, fabric-bench); a call that needs an oracle and has none
+raises TypeError. The times are cached per (kind, grid size, group size, config, oracle).
+
+Every entry (select, choose, fastest, times; build and template in __init__) accepts a FabricConfig, a
+CollectivesConfig (the default fabric with that section) or None (defaults) and turns it into a FabricConfig once
+(`fabric_config`: a FabricConfig passes through, so lowering, which normalises once, pays nothing per call).
 
 Fixed policies map each kind to its nearest algorithm:
     policy             allreduce         allgather / reduce_scatter          others
@@ -26,34 +37,48 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import numpy as np
-
 from fabric.collectives._frag import FragBuilder, is_pow2
 from fabric.collectives.registry import ALGORITHMS, CORES, KINDS
+from fabric.config import CollectivesConfig, FabricConfig
 from fabric.errors import ConfigError
-from fabric.taskgraph import JOIN, GraphBuilder
 
 
-def collectives_config(cfg):
-    """Accept a FabricConfig, a CollectivesConfig, or None (defaults)."""
+def fabric_config(cfg) -> FabricConfig:
+    """The whole FabricConfig an entry works on: cfg itself, the defaults (None), or the default fabric with a
+    [collectives] section alone (cached); the nccl-like library's costs depend on its fabric, so it needs the whole
+    config (ConfigError)."""
     if cfg is None:
-        from fabric.config import CollectivesConfig
-        return CollectivesConfig()
-    return getattr(cfg, "collectives", cfg)
+        return _with_section(CollectivesConfig())
+    if hasattr(cfg, "topology"):
+        return cfg
+    if cfg.library == "nccl-like":
+        raise ConfigError("the nccl-like library needs the whole FabricConfig (its fabric's latency and bandwidth), "
+                          "not only the [collectives] section")
+    return _with_section(cfg)
 
 
-def select(kind: str, nbytes: int, n_ranks: int, cfg=None) -> str:
+@functools.lru_cache(maxsize=64)
+def _with_section(cc) -> FabricConfig:
+    return dataclasses.replace(FabricConfig(), collectives=cc)
+
+
+def select(kind: str, nbytes: int, n_ranks: int, cfg=None, *, oracle=None) -> str:
     """The algorithm the configured library uses for one collective of `nbytes` (fragment size convention) over
-    `n_ranks` ranks."""
+    `n_ranks` ranks (oracle: see the module's docstring; only the sd200 auto tiers ask it)."""
     if kind not in ALGORITHMS:
         raise ConfigError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
-    cc = collectives_config(cfg)
+    return _select(kind, nbytes, n_ranks, fabric_config(cfg), oracle)
+
+
+def _select(kind: str, nbytes: int, n_ranks: int, cfg: FabricConfig, oracle) -> str:
+    cc = cfg.collectives
     if cc.library == "nccl-like":
-        return choose(kind, nbytes, n_ranks, cfg).algorithm
+        from fabric.collectives.library import tune
+        return tune(kind, nbytes, n_ranks, cfg).algorithm
     pol = cc.policy
     tiered = pol in ("sd200", "auto")
     if tiered and kind in CANDIDATES and not (cc.oneshot_max_bytes or cc.twoshot_max_bytes):
-        return fastest(kind, nbytes, n_ranks, cfg) if n_ranks > 1 else CANDIDATES[kind][0]
+        return _fastest(kind, nbytes, n_ranks, cfg, oracle) if n_ranks > 1 else CANDIDATES[kind][0]
     if kind == "allreduce":
         if tiered:
             if nbytes <= cc.oneshot_max_bytes:
@@ -71,17 +96,18 @@ def select(kind: str, nbytes: int, n_ranks: int, cfg=None) -> str:
     return "direct"
 
 
-def choose(kind: str, nbytes: int, n_ranks: int, cfg=None, algorithm: str | None = None):
+def choose(kind: str, nbytes: int, n_ranks: int, cfg=None, algorithm: str | None = None, *, oracle=None):
     """What the configured library runs for one call: a library.Choice (algorithm, protocol, channels). The sd200
     library has one protocol (protocol "", channels 0 = its own striping rule); nccl-like asks its tuner, which
-    needs the whole FabricConfig. `algorithm` fixes the algorithm (the tuner still picks protocol and channels)."""
+    needs the whole FabricConfig. `algorithm` fixes the algorithm (the tuner still picks protocol and channels);
+    oracle: as select's."""
     from fabric.collectives.library import Choice, tune
     if kind not in ALGORITHMS:
         raise ConfigError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
-    cc = collectives_config(cfg)
-    if cc.library == "nccl-like":
+    cfg = fabric_config(cfg)
+    if cfg.collectives.library == "nccl-like":
         return tune(kind, nbytes, n_ranks, cfg, algorithm=algorithm)
-    return Choice(algorithm or select(kind, nbytes, n_ranks, cfg))
+    return Choice(algorithm or _select(kind, nbytes, n_ranks, cfg, oracle))
 
 
 # what the auto tiers choose among, per kind (ties go to the first: the store path, then the simpler tier)
@@ -96,49 +122,35 @@ def grid_size(nbytes: int) -> int:
     return max(GRID_MIN_BYTES, 1 << max(int(nbytes) - 1, 0).bit_length())
 
 
-def fastest(kind: str, nbytes: int, n_ranks: int, cfg=None) -> str:
-    """The sd200 library's auto tier: the candidate with the least analytic-engine time at grid_size(nbytes) over
-    ranks 0..n-1 of the fabric `cfg` describes (a CollectivesConfig alone: the default fabric)."""
-    return min(times(kind, grid_size(nbytes), n_ranks, cfg).items(), key=lambda kv: kv[1])[0]
+def fastest(kind: str, nbytes: int, n_ranks: int, cfg=None, *, oracle=None) -> str:
+    """The sd200 library's auto tier: the candidate the oracle times least at grid_size(nbytes) over ranks 0..n-1
+    of the fabric `cfg` describes (a CollectivesConfig alone: the default fabric)."""
+    return _fastest(kind, nbytes, n_ranks, fabric_config(cfg), oracle)
 
 
-def times(kind: str, nbytes: int, n_ranks: int, cfg=None) -> dict:
-    """{algorithm: time in us} of every auto candidate for one call, on the analytic engine (cached)."""
-    if not hasattr(cfg, "topology"):
-        from fabric.config import FabricConfig
-        cfg = dataclasses.replace(FabricConfig(), collectives=collectives_config(cfg))
-    return _times(kind, int(nbytes), int(n_ranks), cfg)
+def _fastest(kind: str, nbytes: int, n_ranks: int, cfg: FabricConfig, oracle) -> str:
+    t = _candidate_times(kind, grid_size(nbytes), n_ranks, cfg, oracle)
+    return min(t.items(), key=lambda kv: kv[1])[0]
+
+
+def times(kind: str, nbytes: int, n_ranks: int, cfg=None, *, oracle=None) -> dict:
+    """{algorithm: time in us} of every auto candidate for one call, as the oracle times them (cached)."""
+    return _candidate_times(kind, nbytes, n_ranks, fabric_config(cfg), oracle)
+
+
+def _candidate_times(kind: str, nbytes: int, n: int, cfg: FabricConfig, oracle) -> dict:
+    if oracle is None:
+        raise TypeError(f"the sd200 library's auto tier times its {kind} candidates: pass oracle= (e.g. "
+                        f"fabric.sim.analytic_times, the analytic engine)")
+    return _times(kind, int(nbytes), int(n), cfg, oracle)
 
 
 @functools.lru_cache(maxsize=4096)
-def _times(kind: str, nbytes: int, n: int, cfg) -> dict:
-    from fabric import sim
-    from fabric.network import shared
-    from fabric.routing import confined
-    topo = shared(cfg)
-    if n > topo.n_ranks:
-        raise ConfigError(f"a {kind} over {n} ranks does not fit this fabric of {topo.n_ranks} accelerators")
-    # One engine for every candidate, on the routes among the group's ranks alone (routing.confined: the same run;
-    # a decision on 1024 ranks 0.36 -> 0.07 s CPU): each runs alone, after a barrier on every task of the
-    # previous one (flags may still fly after a rank's output is ready), so it finds every channel idle as a run of
-    # its own would (released by one barrier: equal start times break ties in the barrier's order, so a time may
-    # differ from a lone run's by a few hundred ps).
-    b = GraphBuilder(topo.n_ranks)
-    ranks = np.arange(n)
-    spans, prev = [], None
+def _times(kind: str, nbytes: int, n: int, cfg: FabricConfig, oracle) -> dict:
+    # the sd200 library's fragment of each candidate (collectives.build without the library profiles)
+    frags = []
     for a in CANDIDATES[kind]:
-        # the sd200 library's fragment of that algorithm (collectives.build without the library profiles)
         fb = FragBuilder(kind, a, n, nbytes, cfg.collectives, semantics=False)
         start, ready = fb.prologue()
-        frag = fb.finish(start, CORES[kind][a](fb, ready, nbytes))
-        lo = b.n_tasks
-        first, done, _ = b.add_fragment(frag, ranks)
-        if prev is not None:
-            barrier = b.add_tasks(JOIN, 0)
-            b.add_edges(prev, barrier)
-            b.add_edges(barrier, first)
-        spans.append((a, first, done))
-        prev = np.arange(lo, lo + frag.n_tasks)
-    res = sim.run(cfg, confined(topo, n), b.build(), engine="analytic", transfers=False,
-                  permanent=())   # the healthy fabric
-    return {a: float(res.task_end_ps[done].max() - res.task_start_ps[first].min()) / 1e6 for a, first, done in spans}
+        frags.append(fb.finish(start, CORES[kind][a](fb, ready, nbytes)))
+    return dict(zip(CANDIDATES[kind], oracle(cfg, frags)))

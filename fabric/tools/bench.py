@@ -177,7 +177,7 @@ def _run_case(case: str):
         cfg = load_config(preset=preset)
         topo = build(cfg)
         nbytes, n = int(size[:-1]) << 30, topo.n_ranks
-        choice = collectives.choose("allreduce", nbytes, n, cfg)
+        choice = collectives.choose("allreduce", nbytes, n, cfg, oracle=sim.analytic_times)
         frag = collectives.build("allreduce", choice.algorithm, nbytes, n, cfg, semantics=False, choice=choice)
         return sim.run(cfg, topo, frag.to_graph(n_ranks=n))
     raise ValueError(f"unknown case {case!r}")

@@ -78,8 +78,9 @@ def probe_collective(cfg: FabricConfig, op: str, nbytes: int, *, algorithm: str 
         raise ConfigError(f"--ranks={n} is out of range; a collective needs 2..{topo.n_ranks} accelerators here")
     if nbytes < 1:
         raise ConfigError(f"--bytes={nbytes} is out of range; allowed >= 1")
-    # (algorithm, protocol, channels) of the library; a given algorithm keeps the tuner's protocol and channels
-    choice = collectives.choose(op, int(nbytes), n, cfg, algorithm=algorithm)
+    # (algorithm, protocol, channels) of the library; a given algorithm keeps the tuner's protocol and channels;
+    # the sd200 auto tiers timed on the analytic engine, as lowering times them
+    choice = collectives.choose(op, int(nbytes), n, cfg, algorithm=algorithm, oracle=sim.analytic_times)
     algo = choice.algorithm
     frag = collectives.build(op, algo, int(nbytes), n, cfg, semantics=False,
                              **({"choice": choice} if choice is not None else {}))
