@@ -1,0 +1,311 @@
+"""Continuous batching in simulated time, as vLLM and SGLang run it, per attention group.
+
+Each attention group (fabric.serve.plan) keeps its own waiting queue, running set and KV cache of `kv_capacity`
+tokens. A replica's groups step together (one forward pass; its time is the step model's for the busiest group).
+A step's batch, per group: every running sequence that is decoding (one token each; decode first), then prompt
+chunks of the sequences being prefilled and of newly admitted ones, up to `token_budget` tokens in the step and
+`max_seqs` running sequences. A request is admitted when the KV its prefill will need fits next to what the running
+sequences hold and what is promised to the prefills under way. When a step's decode tokens no longer fit, the newest
+running sequence is preempted (its KV freed; it is prefilled again later, prompt and the tokens generated so far:
+recompute) and counted. The step that processes a prompt's last chunk emits the request's first token.
+
+Requests arrive (open loop) or are sent by users when their previous one finishes (closed loop) and are assigned to
+a group at arrival by the balancer: round robin, or the group with the least outstanding tokens (prompt still to
+prefill + output still to generate).
+
+Python runs per step and per request, never per token: the running set is numpy arrays, and a stretch of decode-only
+steps whose batch cannot change (no arrival, no finish, no KV shortage before its end) is taken at once, each step's
+time from the step model at its own context (`StepModel.decode_times`).
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fabric.errors import ConfigError
+
+BALANCERS = ("round_robin", "least_tokens")
+
+
+@dataclass
+class Group:
+    capacity: int
+    waiting: list = field(default_factory=list)      # request ids, next first (preempted ones go to the front)
+    running: list = field(default_factory=list)      # request ids in admission order
+    prefilling: list = field(default_factory=list)   # the running ones whose prefill is not done, in order
+    kv_used: int = 0
+    outstanding: int = 0                             # tokens still to process for the balancer
+
+
+@dataclass
+class Trace:
+    """What a run records for the report: per request, and per step (or stretch of identical steps)."""
+    step_start_s: list = field(default_factory=list)
+    step_dur_s: list = field(default_factory=list)
+    step_count: list = field(default_factory=list)    # steps in the stretch
+    step_replica: list = field(default_factory=list)
+    step_batch: list = field(default_factory=list)    # sequences in the batch (all groups of the replica)
+    step_tokens: list = field(default_factory=list)   # tokens per step (all groups)
+    step_prefill: list = field(default_factory=list)  # prompt tokens per step (all groups)
+    kv_used: list = field(default_factory=list)       # KV tokens held by the replica after the stretch
+    queued: list = field(default_factory=list)        # requests waiting in the replica after the stretch
+    itl_s: list = field(default_factory=list)         # arrays of inter-token gaps (one per decode token)
+    bytes_by_class: np.ndarray = field(default_factory=lambda: np.zeros(3))
+
+
+class Scheduler:
+    def __init__(self, workload, plan, stepmodel, kv_capacity: int, *, token_budget: int = 8192,
+                 max_seqs: int = 1024, balance: str = "least_tokens", progress=None, stretch: bool = True):
+        """stretch=False: one step at a time, never a stretch of decode steps at once (the reference the tests
+        compare the stretches with)."""
+        if balance not in BALANCERS:
+            raise ConfigError(f"--balance {balance!r} is not one of {', '.join(BALANCERS)}")
+        if not 1 <= max_seqs <= token_budget:
+            raise ConfigError(f"--max-seqs {max_seqs} must be in [1, --token-budget {token_budget}] (every running "
+                              f"sequence decodes one token a step)")
+        self.wl, self.plan, self.sm = workload, plan, stepmodel
+        self.budget, self.max_seqs, self.balance = token_budget, max_seqs, balance
+        self.progress, self.stretch = progress, stretch
+        n = workload.n
+        need = workload.prompt_tokens + workload.output_tokens
+        worst = int(np.argmax(need))
+        if need[worst] > kv_capacity:
+            raise ConfigError(f"request {worst} needs {int(need[worst])} tokens of KV (prompt "
+                              f"{int(workload.prompt_tokens[worst])} + output {int(workload.output_tokens[worst])}) "
+                              f"but an attention group holds {kv_capacity}; it could never finish: use a plan with "
+                              f"more KV per group (attn=dp, smaller weights) or drop such requests from the workload")
+        self.groups = [[Group(kv_capacity) for _ in range(plan.dp)] for _ in range(plan.replicas)]
+        self.free_at = np.zeros(plan.replicas)           # when each replica's current step ends
+        self.prompt = workload.prompt_tokens.astype(np.int64)
+        self.out = workload.output_tokens.astype(np.int64)
+        self.arrival = np.full(n, np.nan)
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.group_of = np.full(n, -1, np.int64)
+        self.done_prefill = np.zeros(n, np.int64)        # tokens of the current prefill target processed
+        self.target = self.prompt.copy()                 # prefill target: prompt (+ generated, after a preemption)
+        self.generated = np.zeros(n, np.int64)
+        self.kv = np.zeros(n, np.int64)
+        self.preempted = np.zeros(n, np.int64)
+        self.rr = 0
+        self.rec = Trace()
+        self.finished = 0
+
+    # ---------------------------------------------------------------- arrivals
+
+    def _arrivals(self) -> list:
+        """The heap of (time, request) known at the start: every open-loop arrival, or a closed loop's first
+        wave (the rest follow finishes)."""
+        wl = self.wl
+        if wl.users:
+            first = min(wl.users, wl.n)
+            return [(0.0, i) for i in range(first)]
+        return [(float(t), i) for i, t in enumerate(wl.arrival_s)]
+
+    def _assign(self, rid: int, t: float) -> None:
+        flat = [(r, g) for r in range(self.plan.replicas) for g in range(self.plan.dp)]
+        if self.balance == "round_robin":
+            r, g = flat[self.rr % len(flat)]
+            self.rr += 1
+        else:
+            r, g = min(flat, key=lambda rg: self.groups[rg[0]][rg[1]].outstanding)
+        grp = self.groups[r][g]
+        grp.waiting.append(rid)
+        grp.outstanding += int(self.prompt[rid] + self.out[rid])
+        self.arrival[rid] = t
+        self.group_of[rid] = r * self.plan.dp + g
+        self.free_at[r] = max(self.free_at[r], t)
+
+    def _busy(self, r: int) -> bool:
+        return any(g.waiting or g.running for g in self.groups[r])
+
+    # ---------------------------------------------------------------- one replica's step
+
+    def _preempt_newest(self, grp: Group) -> None:
+        """Free the newest running sequence's KV; it is prefilled again later (prompt + tokens so far)."""
+        rid = grp.running.pop()
+        if rid in grp.prefilling:
+            grp.prefilling.remove(rid)
+        left_before = int(self.target[rid] - self.done_prefill[rid])
+        grp.kv_used -= int(self.kv[rid])
+        self.kv[rid] = 0
+        self.done_prefill[rid] = 0
+        self.target[rid] = self.prompt[rid] + self.generated[rid]
+        grp.outstanding += int(self.target[rid]) - left_before
+        self.preempted[rid] += 1
+        grp.waiting.insert(0, rid)
+
+    def _decoding(self, grp: Group) -> np.ndarray:
+        ids = np.asarray(grp.running, np.int64)
+        return ids[self.done_prefill[ids] >= self.target[ids]] if len(ids) else ids
+
+    def _plan_group(self, grp: Group):
+        """(decode ids, [(id, chunk)]) of one group's next step: decode first, then the prefills under way, then
+        admissions; preempts the newest sequences while the step's tokens would not fit in the KV cache."""
+        while True:
+            dec = self._decoding(grp)
+            left = self.budget - len(dec)
+            chunks = []
+            for rid in grp.prefilling:               # prefills under way first, in admission order
+                if left <= 0:
+                    break
+                c = min(int(self.target[rid] - self.done_prefill[rid]), left)
+                chunks.append((rid, c))
+                left -= c
+            if grp.kv_used + len(dec) + sum(c for _, c in chunks) <= grp.capacity or not grp.running:
+                break
+            self._preempt_newest(grp)
+        promised = sum(int(self.target[r] - self.done_prefill[r]) for r in grp.prefilling)
+        while grp.waiting and left > 0 and len(grp.running) < self.max_seqs:
+            rid = grp.waiting[0]
+            need = int(self.target[rid])
+            if grp.kv_used + len(dec) + promised + need > grp.capacity:
+                break
+            grp.waiting.pop(0)
+            grp.running.append(rid)
+            grp.prefilling.append(rid)
+            promised += need
+            c = min(need, left)
+            chunks.append((rid, c))
+            left -= c
+        return dec, chunks
+
+    def _step(self, r: int) -> None:
+        t = self.free_at[r]
+        plans = [self._plan_group(g) for g in self.groups[r]]
+        if not any(len(d) or c for d, c in plans):
+            return
+        if self.stretch and not any(c for _, c in plans):   # nothing admissible until a sequence finishes
+            return self._decode_stretch(r, t, [d for d, _ in plans])
+        dec_n = max(len(d) for d, _ in plans)
+        dec_kv = max(int(self.kv[d].sum()) for d, _ in plans)
+        pre_n = pairs = 0
+        for _, chunks in plans:
+            n_g = sum(c for _, c in chunks)
+            p_g = sum(c * int(self.done_prefill[rid]) + c * (c + 1) / 2 for rid, c in chunks)
+            pre_n, pairs = max(pre_n, n_g), max(pairs, p_g)
+        dur_us, _, nbytes = self.sm.step(dec_n, dec_kv, pre_n, pairs)
+        end = t + dur_us / 1e6
+        for grp, (dec, chunks) in zip(self.groups[r], plans):
+            self._advance_decode(grp, dec, 1, end)
+            for rid, c in chunks:
+                self.done_prefill[rid] += c
+                self.kv[rid] += c
+                grp.kv_used += c
+                grp.outstanding -= c
+                if self.done_prefill[rid] >= self.target[rid]:      # the prompt's last chunk: a token
+                    grp.prefilling.remove(rid)
+                    if np.isnan(self.first[rid]):
+                        self.first[rid] = end
+                    self.generated[rid] += 1
+                    grp.outstanding -= 1
+                    if self.generated[rid] >= self.out[rid]:
+                        self._finish(grp, rid, end)
+        self.rec.itl_s.append(np.full(sum(len(d) for d, _ in plans), dur_us / 1e6))
+        self._record(r, t, dur_us / 1e6, 1, sum(len(d) + len(c) for d, c in plans),
+                     sum(len(d) + sum(x for _, x in c) for d, c in plans), sum(sum(x for _, x in c) for _, c in plans),
+                     nbytes)
+        self.free_at[r] = end
+
+    def _decode_stretch(self, r: int, t: float, decs: list) -> None:
+        """k decode-only steps at once: as many as leave the batch unchanged (no finish before the last, KV for
+        every token, no arrival before a step's start)."""
+        groups = self.groups[r]
+        k = min(int((self.out[d] - self.generated[d]).min()) for d in decs if len(d))
+        for grp, d in zip(groups, decs):
+            if len(d):
+                k = min(k, (grp.capacity - grp.kv_used) // len(d))
+        k = max(k, 1)
+        n = max(len(d) for d in decs)
+        kv0 = np.array([int(self.kv[d].sum()) for d in decs], np.float64)
+        grow = np.array([len(d) for d in decs], np.float64)
+        steps = np.arange(k)
+        kv = (kv0[:, None] + grow[:, None] * steps[None, :]).max(axis=0)      # busiest group's read per step
+        dur_s = self.sm.decode_times(n, kv) / 1e6
+        starts = t + np.concatenate(([0.0], np.cumsum(dur_s)[:-1]))
+        horizon = self.next_arrival
+        if self.wl.users:        # a closed loop's next arrival can come from another replica's finish
+            others = [self.free_at[x] for x in range(self.plan.replicas) if x != r and self._busy(x)]
+            horizon = min([h for h in [horizon] + others if h is not None], default=None)
+        if horizon is not None:
+            k = max(1, int(np.searchsorted(starts, horizon, side="left")))     # steps that start before it
+            dur_s, starts = dur_s[:k], starts[:k]
+        end = t + float(dur_s.sum())
+        for grp, d in zip(groups, decs):
+            self._advance_decode(grp, d, k, end)
+        total = sum(len(d) for d in decs)
+        self.rec.itl_s.append(np.repeat(dur_s, total))
+        _, _, nbytes = self.sm.step(n, int(kv[0]), 0, 0.0)
+        self._record(r, t, end - t, k, total, total, 0, tuple(b * k for b in nbytes))
+        self.free_at[r] = end
+
+    def _advance_decode(self, grp: Group, dec: np.ndarray, k: int, end: float) -> None:
+        """k decode steps of `dec` ending at `end` (k is never past a sequence's last token)."""
+        if not len(dec):
+            return
+        self.generated[dec] += k
+        self.kv[dec] += k
+        grp.kv_used += k * len(dec)
+        grp.outstanding -= k * len(dec)
+        for rid in dec[self.generated[dec] >= self.out[dec]]:
+            self._finish(grp, int(rid), end)
+
+    def _finish(self, grp: Group, rid: int, t: float) -> None:
+        grp.running.remove(rid)
+        grp.kv_used -= int(self.kv[rid])
+        self.kv[rid] = 0
+        self.finish[rid] = t
+        self.finished += 1
+        wl = self.wl
+        if wl.users:                                # the user sends the next one after thinking
+            nxt = rid + wl.users
+            send = t + wl.think_s
+            if nxt < wl.n and (wl.duration_s is None or send < wl.duration_s):
+                heapq.heappush(self.heap, (send, nxt))
+
+    def _record(self, r, t, dur, k, batch, tokens, prefill, nbytes) -> None:
+        rec = self.rec
+        rec.step_start_s.append(t)
+        rec.step_dur_s.append(dur)
+        rec.step_count.append(k)
+        rec.step_replica.append(r)
+        rec.step_batch.append(batch)
+        rec.step_tokens.append(tokens)
+        rec.step_prefill.append(prefill)
+        rec.kv_used.append(sum(g.kv_used for g in self.groups[r]))
+        rec.queued.append(sum(len(g.waiting) for g in self.groups[r]))
+        rec.bytes_by_class += np.asarray(nbytes)
+
+    # ---------------------------------------------------------------- the loop
+
+    @property
+    def next_arrival(self):
+        return self.heap[0][0] if self.heap else None
+
+    def run(self) -> Trace:
+        self.heap = self._arrivals()
+        heapq.heapify(self.heap)
+        n_req = self.wl.n
+        last_shown = -1
+        while True:
+            busy = [r for r in range(self.plan.replicas) if self._busy(r)]
+            t_busy = min((self.free_at[r] for r in busy), default=np.inf)
+            if self.heap and self.heap[0][0] <= t_busy:
+                t, rid = heapq.heappop(self.heap)
+                self._assign(rid, t)
+                continue
+            if not busy:
+                break
+            r = min(busy, key=lambda x: self.free_at[x])
+            before = len(self.rec.step_start_s)
+            self._step(r)
+            if len(self.rec.step_start_s) == before:     # nothing could run: wait for the next arrival
+                if not self.heap:
+                    raise RuntimeError("scheduler stalled with work queued and nothing arriving")  # a bug, not input
+                self.free_at[r] = max(self.free_at[r], self.heap[0][0])
+            if self.progress is not None and self.finished != last_shown:
+                last_shown = self.finished
+                self.progress(self.finished, n_req)
+        return self.rec

@@ -1,0 +1,209 @@
+"""Step times of a plan without simulating every step: the step pipeline (capture -> lower -> engine, via
+fabric.replay.run_step) on a grid, memoised and interpolated.
+
+A serving step is one forward pass of every attention group's batch: decode tokens (each reading its sequence's KV)
+and chunked-prefill tokens (attending to their prompt so far). Its time, for the busiest group, is modelled as
+
+    t = S(n) + A(n, c) + beta(n) * pairs
+
+- n: tokens in the step (decode + prefill); every GEMM, norm, router, expert and collective scales with it, and
+  S(n) is the simulated step of n decode tokens at context 0 (n a power of two; linear in n between them);
+- c: KV tokens the decode attention reads per token of the step (the sum of the decode sequences' contexts / n: a
+  decode-only step of n sequences at context c reads the same KV, and decode attention is bound by that read);
+- A(n, c): what context adds. Context changes only the attention kernels: no collective, no other kernel, and the
+  attention kernels sit on every rank's critical path (each layer waits for its attention). So A is the growth of a
+  rank's summed kernel time between the captures at (n, c) and (n, 0): a capture, no simulation (checked against
+  simulated steps in docs/serving.md; equal to 0.1 us on tp=64 and attn=dp,ep=64). c in C_GRID, linear between;
+- pairs: (query, key) pairs of the prefill attention; beta(n): the time per pair, from the capture of a step of n
+  tokens of which n - 1 are one prompt's prefill (prefill attention is compute-bound: linear in its pairs).
+Grid points are made on demand (only the n a run reaches) and kept. `direct` simulates one step exactly (the mixed
+step captured as it is) and is the reference for the interpolation error (docs/serving.md).
+
+Two-batch overlap (plan tbo=on): two micro-batches of n/2, one's communication under the other's compute:
+t = C + max(C, E), with C and E the compute and exposed communication of the n/2-token step.
+Fabric bytes by class (TP collectives, expert all-to-all, other) come from the simulated steps' graphs, linear in n.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+C_GRID = (0, 1024, 4096, 16384, 65536)        # KV tokens read per step token: the decode contexts simulated
+MAX_STEP_TOKENS = 65536
+CLASSES = ("tp_collectives", "expert_alltoall", "other")
+_CLASS_OF = {"allreduce": 0, "allgather": 0, "reduce_scatter": 0, "broadcast": 0, "alltoall": 1}
+
+
+@dataclass(frozen=True)
+class Point:
+    step_us: float
+    compute_us: float
+    comm_us: float                 # exposed communication
+    bytes_by_class: tuple          # fabric bytes per CLASSES
+
+
+def fabric_bytes(graph) -> tuple:
+    """Bytes the step's transfers carry, by CLASSES."""
+    from fabric.taskgraph import TRANSFER
+    out = np.zeros(len(CLASSES))
+    mask = graph.kind == TRANSFER
+    if not mask.any():
+        return tuple(out)
+    coll = graph.coll[mask]
+    nbytes = graph.nbytes[mask].astype(np.float64)
+    out[2] += nbytes[coll < 0].sum()
+    if graph.coll_meta:
+        per = np.bincount(coll[coll >= 0], weights=nbytes[coll >= 0], minlength=len(graph.coll_meta))
+        for i, m in enumerate(graph.coll_meta):
+            out[_CLASS_OF.get(m.kind, 2)] += per[i]
+    return tuple(float(x) for x in out)
+
+
+class StepModel:
+    """Step time of `plan` (fabric.serve.plan.ServePlan) on the fabric `cfg` describes."""
+
+    def __init__(self, model: str | None, hf_config: str | None, spec, plan, chip, cfg, engine: str = "analytic",
+                 seed: int = 0, on_point=None):
+        self.model, self.hf_config, self.spec, self.plan, self.chip = model, hf_config, spec, plan, chip
+        self.cfg, self.engine, self.seed = cfg, engine, seed
+        self.on_point = on_point                   # called (steps simulated so far, seconds) after each
+        self.points: dict[tuple, Point | float] = {}   # ("s", n): simulated; ("k", n, c), ("b", n): captured
+        self.sim_s = 0.0
+
+    # ---------------------------------------------------------------- the pipeline
+
+    def capture(self, decode: int, context: int, prefill: int = 0, prefill_context: float = 0.0,
+                prefill_kv: int = 0):
+        """The Trace of one step: every group `decode` sequences at `context` plus `prefill` prompt tokens."""
+        from fabric.capture import capture
+        p = self.plan
+        extra = dict(prefill_tokens=prefill, prefill_context=prefill_context, prefill_kv_tokens=prefill_kv) \
+            if prefill else {}
+        return capture(self.model, self.hf_config, tp=p.attn_tp, ep=p.ep, batch=p.dp * decode,
+                       context=int(context), chip=self.chip, weight_dtype=p.weight_dtype, seed=self.seed, **extra)
+
+    def simulate(self, decode: int, context: int, prefill: int = 0, prefill_context: float = 0.0,
+                 prefill_kv: int = 0) -> Point:
+        """One step captured as it is and run on the engine."""
+        return self._run(self.capture(decode, context, prefill, prefill_context, prefill_kv))
+
+    def _run(self, tr) -> Point:
+        from fabric.replay import run_step
+        t0 = time.perf_counter()
+        run = run_step(tr, self.cfg, engine=self.engine)
+        s = run.summary
+        pt = Point(float(s["step_us"]), float(s["compute_us"]), float(s["exposed_comm_us"]), fabric_bytes(run.graph))
+        self.sim_s += time.perf_counter() - t0
+        return pt
+
+    @staticmethod
+    def _kernel_us(tr) -> float:
+        """Rank 0's summed kernel time (us): what a change confined to its critical-path kernels adds."""
+        return float(tr.ops[0].columns()["duration_ns"].sum()) / 1e3
+
+    def _base(self, n: int) -> Point:
+        key = ("s", n)
+        if key not in self.points:
+            tr = self.capture(n, 0)
+            self.points[("k", n, 0)] = self._kernel_us(tr)
+            self.points[key] = self._run(tr)
+            self._tick()
+        return self.points[key]
+
+    def _kernels(self, n: int, c: int) -> float:
+        key = ("k", n, c)
+        if key not in self.points:
+            self.points[key] = self._kernel_us(self.capture(n, c))
+        return self.points[key]
+
+    def _context(self, n: int, c: int) -> float:
+        """A(n, c): us that decode context c adds to the step of n tokens."""
+        return 0.0 if c == 0 else self._kernels(n, c) - self._kernels(n, 0)
+
+    def _beta(self, n: int) -> float:
+        """beta(n): us per prefill (query, key) pair at n step tokens."""
+        n = max(n, 2)
+        key = ("b", n)
+        if key not in self.points:
+            t = n - 1                                 # one decode sequence keeps every group's step well formed
+            pairs = t * (t + 1) / 2                   # one prompt of t tokens from position 0: causal
+            mixed = self._kernel_us(self.capture(1, 0, prefill=t, prefill_context=(t + 1) / 2, prefill_kv=t))
+            self.points[key] = max(0.0, (mixed - self._kernels(n, 0)) / pairs)
+        return self.points[key]
+
+    def _tick(self) -> None:
+        if self.on_point is not None:
+            self.on_point(self.simulated, self.sim_s)
+
+    @property
+    def simulated(self) -> int:
+        """Steps simulated on the engine so far."""
+        return sum(1 for k in self.points if k[0] == "s")
+
+    # ---------------------------------------------------------------- interpolation
+
+    def _n_bracket(self, n: float) -> tuple:
+        """(n_lo, n_hi, weight of n_hi) on the powers of two."""
+        n = min(max(n, 1.0), MAX_STEP_TOKENS)
+        k = int(np.floor(np.log2(n)))
+        lo = 1 << k
+        hi = lo if lo == n else lo << 1
+        return lo, hi, 0.0 if lo == hi else (n - lo) / (hi - lo)
+
+    def _decode(self, n: float, c) -> np.ndarray:
+        """S(n) + A(n, c) for an array of c: rows [step, compute, comm, bytes by class...]."""
+        c = np.atleast_1d(np.asarray(c, np.float64))
+        grid = np.asarray(C_GRID, np.float64)
+        hi = np.clip(np.searchsorted(grid, c, side="left"), 1, len(grid) - 1)   # beyond the last: extrapolate
+        lo = hi - 1
+        w = (c - grid[lo]) / (grid[hi] - grid[lo])
+        n_lo, n_hi, wn = self._n_bracket(n)
+        out = np.zeros((3 + len(CLASSES), len(c)))
+        for nn, a in ((n_lo, 1 - wn), (n_hi, wn)):
+            if a == 0:
+                continue
+            base = self._base(nn)
+            add = np.zeros(len(grid))
+            for j in np.unique(np.concatenate([lo[w != 1], hi[w != 0]])):
+                add[j] = self._context(nn, int(grid[j]))
+            ctx = add[lo] * (1 - w) + add[hi] * w
+            row = np.array((base.step_us, base.compute_us, base.comm_us) + base.bytes_by_class)
+            out += a * (row[:, None] + np.outer([1.0, 1.0] + [0.0] * (1 + len(CLASSES)), ctx))
+        return out
+
+    def _beta_at(self, n: float) -> float:
+        lo, hi, w = self._n_bracket(max(n, 2.0))
+        return (1 - w) * self._beta(lo) + w * self._beta(hi)
+
+    def step(self, decode: int, decode_kv: int, prefill: int = 0, pairs: float = 0.0) -> tuple[float, float, tuple]:
+        """(step us, exposed communication us, bytes by class) of a step whose busiest group runs `decode`
+        decode tokens reading `decode_kv` KV tokens in all and `prefill` prompt tokens with `pairs` attention
+        pairs. Under tbo=on the step runs as two halves."""
+        n = decode + prefill
+        if n <= 0:
+            return 0.0, 0.0, (0.0,) * len(CLASSES)
+        half = 0.5 if self.plan.tbo and n >= 2 else 1.0
+        d = self._decode(n * half, decode_kv / n)[:, 0]
+        compute, comm = d[1], d[2]
+        step = d[0]
+        if prefill:
+            extra = self._beta_at(n * half) * pairs * half
+            step, compute = step + extra, compute + extra
+        if half < 1.0:
+            step, comm = compute + max(compute, comm), max(0.0, comm - compute)
+        return float(step), float(comm), tuple(float(x) / half for x in d[3:])
+
+    def decode_times(self, n: int, decode_kv: np.ndarray) -> np.ndarray:
+        """Step us of decode-only steps of n tokens, one per entry of decode_kv (the busiest group's KV read)."""
+        half = 0.5 if self.plan.tbo and n >= 2 else 1.0
+        d = self._decode(n * half, np.asarray(decode_kv, np.float64) / n)
+        if half < 1.0:
+            return d[1] + np.maximum(d[1], d[2])
+        return d[0]
+
+    def direct(self, decode: int, context: int, prefill: int = 0, prefill_context: float = 0.0,
+               prefill_kv: int = 0) -> float:
+        """The step simulated exactly (uniform decode context), for the interpolation error."""
+        return self.simulate(decode, context, prefill, prefill_context, prefill_kv).step_us
