@@ -215,11 +215,13 @@ def parse_workload(spec: str, *, requests: int | None = None, duration_s: float 
                               f"poisson:rate=R,in=N,out=M or closed:users=U,in=N,out=M")
         arrival, prompt, out = read_trace(path)
         meta = dict(file=str(path), requests_in_file=len(prompt))
+        if requests is not None:        # the rate is the one of the requests served
+            arrival, prompt, out = arrival[:requests], prompt[:requests], out[:requests]
         if rate is not None:
             span = arrival[-1]
             if span <= 0:
-                raise ConfigError(f"--rate cannot rescale {spec}: all its requests arrive at once")
-            scale = (len(arrival) - 1) / span / rate   # mean rate of the trace -> rate
+                raise ConfigError(f"--rate cannot rescale {spec}: its requests arrive at once")
+            scale = (len(arrival) - 1) / span / rate   # the trace's mean rate -> rate
             arrival = arrival * scale
             meta["rate_scale"] = scale
         wl = Workload(spec, arrival, prompt, out, meta=meta)
