@@ -104,8 +104,8 @@ def render(r: dict) -> str:
               help="engine of the step model's simulated steps")
 @click.option("--token-budget", type=int, default=8192, show_default=True,
               help="tokens per step per attention group (decode first, then prefill chunks)")
-@click.option("--max-seqs", type=int, default=1024, show_default=True,
-              help="running sequences per attention group")
+@click.option("--max-seqs", type=int, default=None,
+              help="running sequences per attention group [default: 1024, at most --token-budget]")
 @click.option("--balance", type=click.Choice(("least_tokens", "round_robin")), default="least_tokens",
               show_default=True, help="how arriving requests are spread over attention groups")
 @json_option("write the results as JSON")

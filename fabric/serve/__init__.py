@@ -13,12 +13,15 @@ The package depends on the step pipeline and never the other way round:
 """
 from __future__ import annotations
 
+import sys
 import time
+import types
 
 from fabric.errors import ConfigError
 
 DEFAULT_TOKEN_BUDGET = 8192    # tokens per step per attention group: vLLM's and SGLang's default chunk size
-DEFAULT_MAX_SEQS = 1024        # running sequences per attention group (vLLM V1's default max_num_seqs)
+DEFAULT_MAX_SEQS = 1024        # running sequences per attention group (vLLM V1's default max_num_seqs), at most the
+#                                token budget (every running sequence decodes a token a step)
 DEFAULT_KV_FRACTION = 0.9      # of the memory left after weights and activations (SGLang's mem_fraction margin)
 
 
@@ -27,7 +30,7 @@ def serve(*, model: str | None = None, hf_config: str | None = None, preset: str
           duration_s: float | None = None, rate: float | None = None, slo_ttft_ms: float | None = None,
           slo_tpot_ms: float | None = None, engine: str = "analytic", seed: int = 0,
           chip: str = "sd200-accelerator", token_budget: int = DEFAULT_TOKEN_BUDGET,
-          max_seqs: int = DEFAULT_MAX_SEQS, balance: str = "least_tokens", kv_fraction: float = DEFAULT_KV_FRACTION,
+          max_seqs: int | None = None, balance: str = "least_tokens", kv_fraction: float = DEFAULT_KV_FRACTION,
           timeline: str | None = None, progress=None, on_point=None) -> dict:
     """Run a served workload; returns the results (JSON-ready). `cfg`: a FabricConfig (default: the preset's).
     progress(done, total): requests finished; on_point(points, seconds): step-model grid steps simulated."""
@@ -52,6 +55,7 @@ def serve(*, model: str | None = None, hf_config: str | None = None, preset: str
         raise ConfigError(f"--token-budget {token_budget} must be in [1, {MAX_STEP_TOKENS}]")
     if not 0 < kv_fraction <= 1:
         raise ConfigError(f"kv_fraction {kv_fraction} must be in (0, 1]")
+    max_seqs = min(DEFAULT_MAX_SEQS, token_budget) if max_seqs is None else max_seqs
     sp = parse_plan(plan)
     wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=seed)
     name, mcfg = resolve_model(model, hf_config)
@@ -75,3 +79,13 @@ def serve(*, model: str | None = None, hf_config: str | None = None, preset: str
     if timeline:
         out["timeline"] = write_timeline(timeline, sched, sp, meta)
     return out
+
+
+class _CallableModule(types.ModuleType):
+    """`fabric.serve(...)` is serve(...): the package is the API's entry point and the home of its parts."""
+
+    def __call__(self, **kwargs) -> dict:
+        return serve(**kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
