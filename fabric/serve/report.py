@@ -68,6 +68,10 @@ def summarise(sched, wl, plan, slo_ttft_ms: float | None, slo_tpot_ms: float | N
         queue_max=int(max(rec.queued)) if rec.queued else 0,
         preemptions=int(sched.preempted.sum()), requests_preempted=int((sched.preempted > 0).sum()),
         fabric_bytes={c: float(b) for c, b in zip(CLASSES, rec.bytes_by_class)},
+        per_request=dict(ttft_ms=[round(float(x) * 1e3, 6) for x in ttft],
+                         tpot_ms=[None if np.isnan(x) else round(float(x) * 1e3, 6) for x in tpot],
+                         e2e_ms=[round(float(x) * 1e3, 6) for x in e2e],
+                         preemptions=[int(x) for x in sched.preempted[done]]),
     )
 
 
