@@ -1,26 +1,116 @@
 """Replay a trace on a fabric: read + validate -> lower -> run (packet or analytic engine) -> report.
 
-The report answers "what time per output token, and why": TPOT, the critical path split into compute and exposed
+    run_step(trace, cfg, engine="packet", *, topo=None, progress=None, jobs=1, transfers=False, timer=None,
+             layers=False, baseline=False, record=None) -> StepRun(graph, result, summary, topo, lower_s, ...)
+    replay(trace_path, cfg, ...) -> dict      what fabric-replay reports
+
+`run_step` is the step pipeline, written once: fabric-replay (replay), the serving experiments
+(fabric.tools.serving), fabric-bench's replay cases and fabric-serve's step model all run a step through it. The
+report answers "what time per output token, and why": TPOT, the critical path split into compute and exposed
 communication, collectives by kind and size, and how every link behaved (fabric.report).
 """
 from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 
 from fabric import sim, trace as tracemod
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.lower import lower
 from fabric.network import shared
-from fabric.report import collective_summary, compute_totals, fault_summary, last_end_ps, link_summary, \
-    step_summary, task_layers, translation_summary
+from fabric.report import collective_bytes, collective_summary, compute_totals, fault_summary, last_end_ps, \
+    link_summary, step_summary, task_layers, translation_summary
+from fabric.taskgraph import TaskGraph
+from fabric.topology import Topology
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """One step through the pipeline (run_step)."""
+    graph: TaskGraph              # the lowered step
+    result: sim.RunResult         # the engine's run (a migrating step: its segments merged, fabric.migration)
+    summary: dict                 # fabric.report.step_summary: step_ps, step_us, compute_us, exposed_comm_us,
+                                  # comm_fraction, critical_path_tasks (and layers, with run_step's layers=True)
+    topo: Topology                # the fabric it ran on
+    lower_s: float                # seconds lowering took
+    baseline_us: float | None = None   # the step without cfg.faults (run_step's baseline=True and faults), us
+    migration: dict | None = None      # what fabric.migration moved (cfg.manager.migrate)
+    recorded: dict | None = None       # what run_step's `record` yielded (fabric.timeline.to_file: its figures)
+
+    def collective_bytes(self) -> dict:
+        """Bytes the step's collectives move, by kind (fabric.report.collective_bytes)."""
+        return collective_bytes(self.graph)
+
+
+def run_step(trace, cfg: FabricConfig, engine: str = "packet", *, topo=None, progress=None, jobs: int = 1,
+             transfers: bool = False, timer=None, layers: bool = False, baseline: bool = False,
+             record=None) -> StepRun:
+    """Lower `trace` (fabric.trace.Trace, or anything with its attributes) for the fabric `cfg` describes, run it
+    on `engine` (fabric.sim.run: cfg's faults, `jobs` independent parts at a time, `transfers` tables; with
+    cfg.manager.migrate, fabric.migration.run) and split its critical path (fabric.report.step_summary).
+
+    topo: the fabric (default fabric.network.shared(cfg): built once per config and process, as lowering's auto
+    tiers see it). progress: fabric.sim.run's. layers: the split by model layer too (summary["layers"]).
+    baseline: with cfg.faults, first run the step without them (StepRun.baseline_us, the TPOT they cost). record: a
+    context manager entered around the step's run alone (fabric.timeline.to_file: that run's timeline); what it
+    yields becomes StepRun.recorded. timer: called as timer(stage, seconds) once each stage ends, in order: "lower",
+    "baseline" (only with one), "engine" (sim.run's time outside the kernel's run: checks, the engine's
+    construction, the result's copies; a split step's shared inputs and plan, its parts' engines being built in
+    their threads during the run), "run" (the kernel's run: RunResult.wall_s), "report"."""
+    clock = _Stages(timer)
+    topo = shared(cfg) if topo is None else topo
+    graph = lower(trace, cfg)
+    lower_s = clock.stage("lower")
+    baseline_us = None
+    if baseline and cfg.faults:   # the same step without the faults first, for the TPOT they cost
+        base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=(), jobs=jobs)
+        baseline_us = last_end_ps(base.task_end_ps) / 1e6     # its step only: no critical path asked
+        clock.stage("baseline")
+    moved = None
+    with (record if record is not None else contextlib.nullcontext()) as recorded:
+        if cfg.manager.migrate:
+            from fabric import migration
+            res, moved = migration.run(cfg, topo, graph, engine=engine, progress=progress, transfers=transfers)
+        else:
+            res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=transfers, jobs=jobs)
+    clock.split("engine", "run", res.wall_s)
+    # the layers of the critical path's tasks only (a few thousand, not every task: 18 M at 1024 ranks)
+    summary = step_summary(graph, res.task_start_ps, res.task_end_ps,
+                           (lambda tasks: task_layers(graph, trace, tasks)) if layers else None)
+    clock.stage("report")
+    return StepRun(graph=graph, result=res, summary=summary, topo=topo, lower_s=lower_s, baseline_us=baseline_us,
+                   migration=moved, recorded=recorded)
+
+
+class _Stages:
+    """The seconds since the last stage ended, handed to run_step's timer as each stage ends."""
+
+    def __init__(self, timer):
+        self.timer, self.t = timer, time.perf_counter()
+
+    def stage(self, name: str) -> float:
+        now = time.perf_counter()
+        seconds, self.t = now - self.t, now
+        if self.timer is not None:
+            self.timer(name, seconds)
+        return seconds
+
+    def split(self, first: str, second: str, second_s: float) -> None:
+        """One span reported as two stages: `second` took second_s of it (measured inside), `first` the rest."""
+        now = time.perf_counter()
+        total, self.t = now - self.t, now
+        if self.timer is not None:
+            self.timer(first, total - second_s)
+            self.timer(second, second_s)
 
 
 def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet", preset: str = "sd200",
            progress=None, timeline: str | None = None, jobs: int = 1) -> dict:
-    """Replay one decode step; returns the report (JSON-ready). progress, jobs: see fabric.sim.run. timeline: write
-    the run's timeline there (fabric.timeline; FILE.json or FILE.json.gz) and add its figures as "timeline"."""
+    """Replay one decode step (run_step, with the layer split and, under faults, the fault-free baseline); returns
+    the report (JSON-ready). progress, jobs: see fabric.sim.run. timeline: write the run's timeline there
+    (fabric.timeline; FILE.json or FILE.json.gz) and add its figures as "timeline"."""
     path = trace_path or str(tracemod.default_trace_path())
     tr = tracemod.read(path)
     topo = shared(cfg)
@@ -38,28 +128,14 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         from fabric.failover import check
         from fabric.faults import parse_all
         check(parse_all(cfg.faults), topo, cfg)
-    t0 = time.perf_counter()
-    graph = lower(tr, cfg)
-    lower_s = time.perf_counter() - t0
-    baseline = None
-    if cfg.faults:            # the same step without the faults first, for the TPOT they cost
-        base = sim.run(cfg, topo, graph, engine=engine, transfers=False, permanent=(), jobs=jobs)
-        baseline = last_end_ps(base.task_end_ps) / 1e6     # its step only: no critical path asked
+    record = None
     if timeline:
         from fabric import timeline as tl
-        recorded = tl.to_file(timeline, tr, meta=dict(trace=path, preset=preset, engine=engine))
-    else:
-        recorded = contextlib.nullcontext()
-    with recorded as tl_info:
-        if cfg.manager.migrate:
-            from fabric import migration
-            res, moved = migration.run(cfg, topo, graph, engine=engine, progress=progress)
-        else:
-            res, moved = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=False,
-                                 jobs=jobs), None
+        record = tl.to_file(timeline, tr, meta=dict(trace=path, preset=preset, engine=engine))
+    run = run_step(tr, cfg, engine, topo=topo, progress=progress, jobs=jobs, layers=True, baseline=True,
+                   record=record)
+    graph, res, step, baseline = run.graph, run.result, run.summary, run.baseline_us
     start, end = res.task_start_ps, res.task_end_ps
-    # the layers of the critical path's tasks only (a few thousand, not every task: 18 M at 1024 ranks)
-    step = step_summary(graph, start, end, lambda tasks: task_layers(graph, tr, tasks))
     step_ps = step["step_ps"]
     per_rank_compute, reduce_ps = compute_totals(graph, tr.n_ranks)
     batch = int(tr.meta.get("batch", 1) or 1)
@@ -80,13 +156,13 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         packets_dropped=int(t["carved"] - t["delivered"] - res.faults.get("packets_reclaimed", 0)),
         packets_duplicated=int(t["duplicates"]), packets_out_of_order=int(t["out_of_order"]),
         e2e_holds=int(t["e2e_holds"]), translation=translation_summary(res.translation),
-        tasks=int(graph.n_tasks), events=int(res.events), lower_s=lower_s, wall_s=res.wall_s,
+        tasks=int(graph.n_tasks), events=int(res.events), lower_s=run.lower_s, wall_s=res.wall_s,
     )
     if res.faults:
         out["faults"] = fault_summary(topo, res, step_ps, baseline, step["step_us"])
-    if moved is not None:
-        out["migration"] = dict(moved, tpot_us=step["step_us"], tpot_no_fault_us=baseline,
+    if run.migration is not None:
+        out["migration"] = dict(run.migration, tpot_us=step["step_us"], tpot_no_fault_us=baseline,
                                 packets_abandoned=res.faults.get("packets_abandoned", 0))
     if timeline:
-        out["timeline"] = tl_info
+        out["timeline"] = run.recorded
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabric.taskgraph import COMPUTE, REDUCE, TaskGraph
+from fabric.taskgraph import COMPUTE, REDUCE, TRANSFER, TaskGraph
 
 
 def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray, groups=None) -> dict:
@@ -162,6 +162,22 @@ def collective_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> 
                          mean_us=float(a.mean()), p50_us=float(np.percentile(a, 50)),
                          p99_us=float(np.percentile(a, 99)), total_us=float(a.sum())))
     return rows
+
+
+def collective_bytes(graph: TaskGraph) -> dict:
+    """{kind: bytes} the step's collectives move ("allreduce", "alltoall", ...; send/recv pairs as "sendrecv"),
+    summed over instances: every transfer inside an instance (a store, a load, an in-switch leg) counted once at the
+    bytes it puts on the fabric (its nbytes: the payload with the flag folded in, or the nccl-like protocol's
+    lines). A kind with instances but no transfer (groups of one) is 0; one without instances is absent. A pure
+    function of the graph: either engine moves the same bytes."""
+    if not graph.coll_meta:
+        return {}
+    kinds = sorted({m.kind for m in graph.coll_meta})
+    index = {k: i for i, k in enumerate(kinds)}
+    kind_of = np.array([index[m.kind] for m in graph.coll_meta], np.int64)     # per collective instance
+    t = np.flatnonzero((graph.kind == TRANSFER) & (graph.coll >= 0))
+    of, nb = kind_of[graph.coll[t]], graph.nbytes[t]
+    return {k: int(nb[of == i].sum()) for i, k in enumerate(kinds)}    # int64 sums: exact, unlike bincount's
 
 
 def link_summary(topo, res, step_ps: int) -> dict:

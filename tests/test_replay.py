@@ -57,6 +57,41 @@ def test_collective_overheads_count_as_communication_on_the_critical_path():
         assert cp["comm_ps"] == r.task_end_ps.max() - 20_000_000 >= 1_000_000
 
 
+def test_run_step_is_the_step_replay_reports(toy_reports):
+    """fabric.replay.run_step, the one step pipeline: the graph, run and critical-path split replay reports, each
+    stage handed to the timer as it ends, in order (the kernel's run is the RunResult's wall time)."""
+    from fabric import trace as tracemod
+    from fabric.replay import run_step
+    stages = []
+    run = run_step(tracemod.read(TOY), load_config(preset="sd200"), "analytic",
+                   timer=lambda stage, seconds: stages.append((stage, seconds)))
+    r = toy_reports["analytic"]
+    assert (run.summary["step_us"], run.summary["compute_us"], run.summary["exposed_comm_us"]) == \
+        (r["tpot_us"], r["compute_us"], r["exposed_comm_us"])
+    assert run.result.engine == "analytic" and run.graph.n_tasks == r["tasks"] and "layers" not in run.summary
+    assert [s for s, _ in stages] == ["lower", "engine", "run", "report"] and min(t for _, t in stages) >= 0
+    assert dict(stages)["run"] == run.result.wall_s and dict(stages)["lower"] == run.lower_s
+    assert run.baseline_us is None and run.migration is None and run.recorded is None
+
+
+def test_collective_bytes_by_kind():
+    """A one-shot AllReduce of M bytes over n ranks stores M (and the folded flag) from each rank to each other
+    one; a step's bytes add up over its kinds."""
+    from fabric import trace as tracemod
+    from fabric.lower import lower
+    from fabric.report import collective_bytes
+    from fabric.taskgraph import TRANSFER
+    cfg = load_config(preset="sd200")
+    n, M = 4, 4096
+    assert collective_bytes(one_collective("allreduce", "oneshot", M, n, cfg)) == \
+        {"allreduce": n * (n - 1) * (M + cfg.collectives.flag_bytes)}
+    g = lower(tracemod.read(TOY), cfg)
+    got = collective_bytes(g)
+    assert set(got) == {m.kind for m in g.coll_meta} == {"allreduce", "allgather"}
+    assert sum(got.values()) == g.nbytes[(g.kind == TRANSFER) & (g.coll >= 0)].sum()
+    assert collective_bytes(GraphBuilder(2).build()) == {}
+
+
 def test_engines_agree_on_the_toy_step(toy_reports):
     p, a = toy_reports["packet"]["step_time_us"], toy_reports["analytic"]["step_time_us"]
     assert abs(p - a) / p < 0.10

@@ -13,8 +13,8 @@ Cases (see docs/performance.md for figures):
 - `allreduce-1G-dgx-h100`: a 1 GiB AllReduce on the 8 GPUs of dgx-h100 as its nccl-like library runs it (the
   tuner's algorithm, protocol and channels): the size a user sweeps to in nccl-tests.
 - `replay-sd200`, `replay-sd200-analytic`, `replay-1024-analytic`: `fabric-replay` end to end in the child, each
-  stage timed (read or capture, topology, lower, engine construction, run, report with the split by layer; printed
-  under the table, `stages` in the JSON), and the child process's whole wall time (`process_s`: interpreter start,
+  stage timed (read or capture, topology, then fabric.replay.run_step's lower, engine (construction and set-up),
+  run, report with the split by layer; printed under the table, `stages` in the JSON), and the child process's whole wall time (`process_s`: interpreter start,
   imports and exit too, what `time fabric-replay` shows): the shipped step on both engines, and its 16 DP replicas
   on sd200-1024 (workload deepseek-r1-dp16-tp64) on the analytic engine, so that time and memory outside the kernel
   show.
@@ -63,18 +63,17 @@ QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
 
 def _replay_stages(case: str):
     """replay-sd200[-analytic] (the shipped DeepSeek-R1 step) or replay-1024[-analytic] (its 16 DP replicas on
-    sd200-1024, workload deepseek-r1-dp16-tp64) end to end, each stage timed: read (or capture), topology (build and
-    route), lower, engine (Engine() construction), run, report (critical path split by layer, and summaries). A step
-    of independent parts (fabric.parts: the 16 replicas) runs them on every core as fabric-replay does, each part's
-    engine built in its thread: its stage "run" holds that set-up too ("engine" 0). Returns the RunResult with
-    .stages = {stage: seconds}."""
-    from fabric import sim
+    sd200-1024, workload deepseek-r1-dp16-tp64) end to end as fabric-replay runs it (fabric.replay.run_step, then
+    the report's summaries), each stage timed: read (or capture), topology (build and route), then run_step's
+    stages: lower, engine (sim.run outside the kernel's run), run (the kernel's run), report (critical path split
+    by layer, and summaries). A step of independent parts (fabric.parts: the 16 replicas) runs them on every core as
+    fabric-replay does: their shared inputs and plan are in "engine", each part's engine, built in its thread, in
+    "run". Returns the RunResult with .stages = {stage: seconds}."""
     from fabric import trace as tracemod
-    from fabric._check_build import kernel
     from fabric.config import load_config
-    from fabric.lower import lower
     from fabric.network import shared
-    from fabric.report import collective_summary, link_summary, step_summary, task_layers
+    from fabric.replay import run_step
+    from fabric.report import collective_summary, link_summary
     from fabric.tools.pool import default_jobs
     engine = "analytic" if case.endswith("-analytic") else "packet"
     big = case.startswith("replay-1024")
@@ -87,31 +86,16 @@ def _replay_stages(case: str):
     st["read"], t = time.perf_counter() - t, time.perf_counter()
     cfg = load_config(preset="sd200-1024" if big else "sd200")
     topo = shared(cfg)            # as fabric-replay: lowering's auto tiers and kernel_params reuse it
-    st["topology"], t = time.perf_counter() - t, time.perf_counter()
-    graph = lower(tr, cfg)
-    st["lower"], t = time.perf_counter() - t, time.perf_counter()
-    # as fabric-replay: independent parts (fabric.parts) on every core, their engines built in their threads
-    jobs = default_jobs()
-    parted = sim.run_parts(cfg, topo, graph, engine, jobs) if jobs > 1 else None
-    if parted is not None:
-        eng = parted[1]
-        st["engine"], st["run"], t = 0.0, time.perf_counter() - t, time.perf_counter()
-    else:
-        eng = sim.make_engine(cfg, topo, graph, engine, retire_transfers=True,  # as fabric-replay: run(transfers=False)
-                              checked=jobs > 1)                           # run_parts checked it
-        st["engine"], t = time.perf_counter() - t, time.perf_counter()
-        while eng.run(max_events=2_000_000) == kernel.PAUSED:
-            pass
-        st["run"], t = time.perf_counter() - t, time.perf_counter()
-    start, end = eng.task_times()
-    counters = {k: v.copy() for k, v in eng.counters().items()}
-    res = sim.RunResult(engine=engine, outcome="done", now_ps=eng.now_ps, events=eng.events, wall_s=st["run"],
-                        totals=eng.totals(), counters=counters, task_start_ps=start, task_end_ps=end,
-                        link_state={}, transfers={})
-    step = step_summary(graph, start, end, lambda tasks: task_layers(graph, tr, tasks))   # as fabric-replay
-    collective_summary(graph, start, end)
-    link_summary(topo, res, step["step_ps"])
-    st["report"] = time.perf_counter() - t
+    st["topology"] = time.perf_counter() - t
+
+    def timer(stage, seconds):
+        st[stage] = st.get(stage, 0.0) + seconds
+    step = run_step(tr, cfg, engine, topo=topo, jobs=default_jobs(), timer=timer, layers=True)   # as fabric-replay
+    t = time.perf_counter()
+    res = step.result
+    collective_summary(step.graph, res.task_start_ps, res.task_end_ps)
+    link_summary(topo, res, step.summary["step_ps"])
+    st["report"] += time.perf_counter() - t
     res.stages = st
     return res
 

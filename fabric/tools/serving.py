@@ -43,18 +43,14 @@ def _cfg(n_ranks: int, preset: str = PRESET, overrides: dict | None = None):
 
 
 def replay_trace(tr, cfg, engine: str = ENGINE) -> dict:
-    """TPOT and the compute / exposed-communication split of one decode step (as fabric.replay, from a Trace), on
-    the network cfg describes as the lowering's library tuner and flow control see it (fabric.network.shared: built
-    once per config and process, not again for each step)."""
-    from fabric import sim
-    from fabric.lower import lower
-    from fabric.network import shared
-    from fabric.report import step_summary
-    graph = lower(tr, cfg)
-    res = sim.run(cfg, shared(cfg), graph, engine=engine, transfers=False)
-    s = step_summary(graph, res.task_start_ps, res.task_end_ps)
+    """TPOT and the compute / exposed-communication split of one decode step (fabric.replay.run_step, from a
+    Trace), on the network cfg describes as the lowering's library tuner and flow control see it
+    (fabric.network.shared: built once per config and process, not again for each step)."""
+    from fabric.replay import run_step
+    run = run_step(tr, cfg, engine)
+    s = run.summary
     return dict(tpot_us=s["step_us"], compute_us=s["compute_us"], comm_us=s["exposed_comm_us"],
-                comm_fraction=s["comm_fraction"], wall_s=res.wall_s)
+                comm_fraction=s["comm_fraction"], wall_s=run.result.wall_s)
 
 
 def step(tp: int, *, batch: int = 1, context: int = 4096, weight_dtype: str = "bf16", chip: str = CHIP,
