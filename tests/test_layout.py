@@ -1,6 +1,8 @@
-"""The package's layout: the import graph of fabric/ has no cycle (imports inside functions count too), and the core
-never imports the tools and commands built on it."""
+"""The package's layout: the import graph of fabric/ has no cycle (imports inside functions count too), the core
+never imports the tools and commands built on it, nothing but the commands imports fabric.cli, and the collectives
+(a workload layer: the pipeline hands them a cost oracle) never reach the simulator."""
 import ast
+from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,16 +81,99 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def import_path(graph: dict[str, set[str]], start: str, target: str, via=lambda m: True) -> list[str] | None:
+    """A shortest chain of imports start -> ... -> target through modules `via` accepts, or None."""
+    prev, todo = {start: None}, deque([start])
+    while todo:
+        m = todo.popleft()
+        if m == target:
+            chain = []
+            while m is not None:
+                chain.append(m)
+                m = prev[m]
+            return chain[::-1]
+        for nxt in sorted(graph.get(m, ())):
+            if nxt not in prev and (nxt == target or via(nxt)):
+                prev[nxt] = m
+                todo.append(nxt)
+    return None
+
+
+def _within(m: str, pkg: str) -> bool:
+    return m == pkg or m.startswith(pkg + ".")
+
+
+def collectives_reaching_sim(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{module of fabric.collectives: its chain of imports to fabric.sim} for every one that reaches it. The chain
+    may not pass through the root package: every import of a submodule runs fabric/__init__.py, so that edge is
+    everywhere, and what the root imports itself is the cycle test's business (a root that reached sim would close
+    a cycle through sim's own imports)."""
+    out = {}
+    for m in graph:
+        if _within(m, "fabric.collectives"):
+            chain = import_path(graph, m, "fabric.sim", via=lambda x: x != "fabric")
+            if chain:
+                out[m] = chain
+    return out
+
+
+def cli_importers(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{module outside fabric.cli: the fabric.cli modules it imports}: only the commands may import them (their
+    process set-up is an explicit call, fabric._process.tune_process, not something importing cli/ does)."""
+    out = {m: sorted(t for t in targets if _within(t, "fabric.cli")) for m, targets in graph.items()
+           if not _within(m, "fabric.cli")}
+    return {m: t for m, t in out.items() if t}
+
+
 def test_fabric_has_no_import_cycle():
     cycle = find_cycle(import_graph(ROOT / "fabric"))
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_core_does_not_import_tools_or_cli():
+def test_core_does_not_import_tools():
+    """(nor the commands: test_only_the_commands_import_cli)"""
     def outer(m):
-        return any(m == p or m.startswith(p + ".") for p in ("fabric.tools", "fabric.cli"))
-    bad = {m: sorted(filter(outer, targets)) for m, targets in import_graph(ROOT / "fabric").items() if not outer(m)}
+        return any(_within(m, p) for p in ("fabric.tools", "fabric.cli"))
+    bad = {m: sorted(t for t in targets if _within(t, "fabric.tools"))
+           for m, targets in import_graph(ROOT / "fabric").items() if not outer(m)}
     assert not {m: t for m, t in bad.items() if t}
+
+
+def test_collectives_never_reach_the_simulator():
+    bad = collectives_reaching_sim(import_graph(ROOT / "fabric"))
+    assert not bad, {m: " -> ".join(chain) for m, chain in bad.items()}
+
+
+def test_only_the_commands_import_cli():
+    assert not cli_importers(import_graph(ROOT / "fabric"))
+
+
+def test_the_layer_rules_can_fail(tmp_path):
+    """A collectives module importing sim inside a function, or through another module, and a tool importing a
+    command module for its side effects, are all found; without them the rules pass."""
+    pkg = tmp_path / "fabric"
+    for sub in ("collectives", "cli", "tools"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sim.py").write_text("from fabric import network\n")
+    (pkg / "network.py").write_text("")
+    (pkg / "lower.py").write_text("from fabric import collectives, sim\n")      # the pipeline may
+    (pkg / "collectives" / "policy.py").write_text("from fabric import network\n")
+    (pkg / "cli" / "common.py").write_text("from fabric import sim\n")
+    (pkg / "cli" / "replay.py").write_text("from fabric.cli.common import x\n")
+    (pkg / "tools" / "bench.py").write_text("from fabric import sim\n")
+    assert not collectives_reaching_sim(import_graph(pkg)) and not cli_importers(import_graph(pkg))
+    (pkg / "collectives" / "policy.py").write_text("def times():\n    from fabric import sim\n")
+    assert collectives_reaching_sim(import_graph(pkg)) == {"fabric.collectives.policy":
+                                                           ["fabric.collectives.policy", "fabric.sim"]}
+    (pkg / "collectives" / "policy.py").write_text("")
+    (pkg / "network.py").write_text("def route():\n    import fabric.sim\n")
+    (pkg / "collectives" / "library.py").write_text("from fabric.network import route\n")
+    assert collectives_reaching_sim(import_graph(pkg)) == {
+        "fabric.collectives.library": ["fabric.collectives.library", "fabric.network", "fabric.sim"]}
+    (pkg / "tools" / "bench.py").write_text("def child():\n    import fabric.cli.common  # noqa\n")
+    assert cli_importers(import_graph(pkg)) == {"fabric.tools.bench": ["fabric.cli", "fabric.cli.common"]}
 
 
 def test_the_cycle_check_can_fail(tmp_path):
