@@ -131,7 +131,7 @@ def test_fabric_has_no_import_cycle():
 
 
 def test_core_does_not_import_tools():
-    """(nor the commands: test_only_the_commands_import_cli)"""
+    """The core never imports the tools (nor the commands: test_only_the_commands_import_cli)."""
     def outer(m):
         return any(_within(m, p) for p in ("fabric.tools", "fabric.cli"))
     bad = {m: sorted(t for t in targets if _within(t, "fabric.tools"))
