@@ -13,15 +13,15 @@ from fabric.serve.workload import Workload
 
 
 class LinearSteps:
-    """t = 100 + 2 n + 0.01 kv + 0.001 pairs us: grows with every input, as the real model does."""
-    plan = None
+    """t = 100 + 2 n + m + 0.01 kv + 0.001 pairs us: grows with every input, as the real model does."""
 
-    def step(self, decode, kv, prefill=0, pairs=0.0):
-        n = decode + prefill
-        return 100.0 + 2.0 * n + 0.01 * kv + 0.001 * pairs, 0.0, (float(n), 0.0, 0.0)
+    def step(self, n, kv, pairs=0.0, mean_tokens=None):
+        m = n if mean_tokens is None else mean_tokens
+        return 100.0 + 2.0 * n + m + 0.01 * kv + 0.001 * pairs, 0.0, (float(m), 0.0, 0.0)
 
-    def decode_times(self, n, kv):
-        return 100.0 + 2.0 * n + 0.01 * np.asarray(kv, np.float64)
+    def decode_times(self, n, kv, mean_tokens=None):
+        m = n if mean_tokens is None else mean_tokens
+        return 100.0 + 2.0 * n + m + 0.01 * np.asarray(kv, np.float64)
 
 
 class Checked(Scheduler):

@@ -1,7 +1,8 @@
 """Continuous batching in simulated time, as vLLM and SGLang run it, per attention group.
 
 Each attention group (fabric.serve.plan) keeps its own waiting queue, running set and KV cache of `kv_capacity`
-tokens. A replica's groups step together (one forward pass; its time is the step model's for the busiest group).
+tokens. A replica's groups step together (one forward pass; the step model times it from the busiest group's
+tokens, KV read and prefill pairs and the mean tokens per group, which the routed experts see).
 A step's batch, per group: every running sequence that is decoding (one token each; decode first), then prompt
 chunks of the sequences being prefilled and of newly admitted ones, up to `token_budget` tokens in the step and
 `max_seqs` running sequences. A request is admitted when the KV its prefill will need fits next to what the running
@@ -179,14 +180,10 @@ class Scheduler:
             return
         if self.stretch and not any(c for _, c in plans):   # nothing admissible until a sequence finishes
             return self._decode_stretch(r, t, [d for d, _ in plans])
-        dec_n = max(len(d) for d, _ in plans)
+        sizes = [len(d) + sum(c for _, c in chunks) for d, chunks in plans]
         dec_kv = max(int(self.kv[d].sum()) for d, _ in plans)
-        pre_n = pairs = 0
-        for _, chunks in plans:
-            n_g = sum(c for _, c in chunks)
-            p_g = sum(c * int(self.done_prefill[rid]) + c * (c + 1) / 2 for rid, c in chunks)
-            pre_n, pairs = max(pre_n, n_g), max(pairs, p_g)
-        dur_us, _, nbytes = self.sm.step(dec_n, dec_kv, pre_n, pairs)
+        pairs = max(sum(c * int(self.done_prefill[rid]) + c * (c + 1) / 2 for rid, c in chunks) for _, chunks in plans)
+        dur_us, _, nbytes = self.sm.step(max(sizes), dec_kv, pairs, mean_tokens=sum(sizes) / len(sizes))
         end = t + dur_us / 1e6
         for grp, (dec, chunks) in zip(self.groups[r], plans):
             self._advance_decode(grp, dec, 1, end)
@@ -223,7 +220,8 @@ class Scheduler:
         grow = np.array([len(d) for d in decs], np.float64)
         steps = np.arange(k)
         kv = (kv0[:, None] + grow[:, None] * steps[None, :]).max(axis=0)      # busiest group's read per step
-        dur_s = self.sm.decode_times(n, kv) / 1e6
+        mean = sum(len(d) for d in decs) / len(decs)
+        dur_s = self.sm.decode_times(n, kv, mean_tokens=mean) / 1e6
         starts = t + np.concatenate(([0.0], np.cumsum(dur_s)[:-1]))
         horizon = self.next_arrival
         if self.wl.users:        # a closed loop's next arrival can come from another replica's finish
@@ -237,7 +235,7 @@ class Scheduler:
             self._advance_decode(grp, d, k, end)
         total = sum(len(d) for d in decs)
         self.rec.itl_s.append(np.repeat(dur_s, total))
-        _, _, nbytes = self.sm.step(n, int(kv[0]), 0, 0.0)
+        _, _, nbytes = self.sm.step(n, int(kv[0]), 0.0, mean_tokens=mean)
         self._record(r, t, end - t, k, total, total, 0, tuple(b * k for b in nbytes))
         self.free_at[r] = end
 

@@ -2,26 +2,33 @@
 fabric.replay.run_step) on a grid, memoised and interpolated.
 
 A serving step is one forward pass of every attention group's batch: decode tokens (each reading its sequence's KV)
-and chunked-prefill tokens (attending to their prompt so far). Its time, for the busiest group, is modelled as
+and chunked-prefill tokens (attending to their prompt so far). The groups run in lock step (the experts' all-to-all
+joins them): the busiest group sets the time of everything it runs alone (attention, dense layers, shared experts),
+while the routed experts see the tokens of all groups. The step time is modelled as
 
-    t = S(n) + A(n, c) + beta(n) * pairs
+    t = S(m) + G(n) - G(m) + A(n, c) + beta(n) * pairs
 
-- n: tokens in the step (decode + prefill); every GEMM, norm, router, expert and collective scales with it, and
-  S(n) is the simulated step of n decode tokens at context 0 (n on N_GRID; linear in n between them);
-- c: KV tokens the decode attention reads per token of the step (the sum of the decode sequences' contexts / n: a
-  decode-only step of n sequences at context c reads the same KV, and decode attention is bound by that read);
+- n: tokens of the busiest group (decode + prefill), m: the mean over groups (n = m without data-parallel
+  attention). Every GEMM, norm, router, expert and collective scales with them. S(m) is the simulated step of m
+  decode tokens per group at context 0 (the whole pipeline), for m on N_GRID, linear between;
+- G(n): a rank's summed kernel time outside the routed experts at n tokens, from the capture: what the busiest
+  group adds to a step of m even tokens (its own kernels lie on the critical path, the experts' do not grow);
+- c: KV tokens the busiest group's decode attention reads per step token (the sum of its decode sequences'
+  contexts / n: a decode-only step of n sequences at context c reads the same KV, and decode attention is bound by
+  that read);
 - A(n, c): what context adds. Context changes only the attention kernels: no collective, no other kernel, and the
   attention kernels sit on every rank's critical path (each layer waits for its attention). So A is the growth of a
   rank's summed kernel time between the captures at (n, c) and (n, 0): a capture, no simulation (checked against
-  simulated steps in docs/serving.md; equal to 0.1 us on tp=64 and attn=dp,ep=64). c in C_GRID, linear between;
-- pairs: (query, key) pairs of the prefill attention; beta(n): the time per pair, from the capture of a step of n
-  tokens of which n - 1 are one prompt's prefill (prefill attention is compute-bound: linear in its pairs).
+  simulated steps in docs/serving.md: equal to 0.1 us). c in C_GRID, linear between;
+- pairs: (query, key) pairs of the busiest group's prefill attention; beta(n): the time per pair, from the capture
+  of a step of n tokens of which n - 1 are one prompt's prefill (prefill attention is compute-bound: linear in its
+  pairs).
 Grid points are made on demand (only the n a run reaches) and kept. `direct` simulates one step exactly (the mixed
-step captured as it is) and is the reference for the interpolation error (docs/serving.md).
+step captured as it is, every group alike) and is the reference for the interpolation error (docs/serving.md).
 
 Two-batch overlap (plan tbo=on): two micro-batches of n/2, one's communication under the other's compute:
 t = C + max(C, E), with C and E the compute and exposed communication of the n/2-token step.
-Fabric bytes by class (TP collectives, expert all-to-all, other) come from the simulated steps' graphs, linear in n.
+Fabric bytes by class (TP collectives, expert all-to-all, other) come from the simulated steps S(m), linear in m.
 """
 from __future__ import annotations
 
@@ -104,17 +111,32 @@ class StepModel:
         return pt
 
     @staticmethod
-    def _kernel_us(tr) -> float:
-        """Rank 0's summed kernel time (us): what a change confined to its critical-path kernels adds."""
-        return float(tr.ops[0].columns()["duration_ns"].sum()) / 1e3
+    def _kernel_us(tr, outside_experts: bool = False) -> float:
+        """Rank 0's summed kernel time (us): what a change confined to its critical-path kernels adds; with
+        outside_experts, without the routed experts' kernels."""
+        cols = tr.ops[0].columns()
+        dur = cols["duration_ns"]
+        if outside_experts:
+            dur = dur[~np.char.startswith(cols["name"].astype(str), "experts_")]
+        return float(dur.sum()) / 1e3
 
     def _base(self, n: int) -> Point:
         key = ("s", n)
         if key not in self.points:
             tr = self.capture(n, 0)
             self.points[("k", n, 0)] = self._kernel_us(tr)
+            self.points[("g", n)] = self._kernel_us(tr, outside_experts=True)
             self.points[key] = self._run(tr)
             self._tick()
+        return self.points[key]
+
+    def _group_kernels(self, n: int) -> float:
+        """G(n) on the grid."""
+        key = ("g", n)
+        if key not in self.points:
+            tr = self.capture(n, 0)
+            self.points[("k", n, 0)] = self._kernel_us(tr)
+            self.points[key] = self._kernel_us(tr, outside_experts=True)
         return self.points[key]
 
     def _kernels(self, n: int, c: int) -> float:
@@ -159,58 +181,75 @@ class StepModel:
         lo, hi = N_GRID[i - 1], N_GRID[i]
         return lo, hi, (n - lo) / (hi - lo)
 
-    def _decode(self, n: float, c) -> np.ndarray:
-        """S(n) + A(n, c) for an array of c: rows [step, compute, comm, bytes by class...]."""
+    def _lerp(self, n: float, f) -> float:
+        """f on N_GRID, linear in n between."""
+        lo, hi, w = self._n_bracket(n)
+        return f(lo) if w == 0 else (1 - w) * f(lo) + w * f(hi)
+
+    def _decode(self, n: float, m: float, c) -> np.ndarray:
+        """S(m) + G(n) - G(m) + A(n, c) for an array of c: rows [step, compute, comm, bytes by class...]."""
         c = np.atleast_1d(np.asarray(c, np.float64))
+        lo, hi, w = self._n_bracket(m)
+        base = np.zeros(3 + len(CLASSES))
+        for nn, a in ((lo, 1 - w), (hi, w)):
+            if a:
+                p = self._base(nn)
+                base += a * np.array((p.step_us, p.compute_us, p.comm_us) + p.bytes_by_class)
+        grow = self._lerp(n, self._group_kernels) - self._lerp(m, self._group_kernels) if n > m else 0.0
+        ctx = np.zeros(len(c))
         grid = np.asarray(C_GRID, np.float64)
-        hi = np.clip(np.searchsorted(grid, c, side="left"), 1, len(grid) - 1)   # beyond the last: extrapolate
-        lo = hi - 1
-        w = (c - grid[lo]) / (grid[hi] - grid[lo])
-        n_lo, n_hi, wn = self._n_bracket(n)
-        out = np.zeros((3 + len(CLASSES), len(c)))
-        for nn, a in ((n_lo, 1 - wn), (n_hi, wn)):
-            if a == 0:
+        hi_c = np.clip(np.searchsorted(grid, c, side="left"), 1, len(grid) - 1)   # beyond the last: extrapolate
+        lo_c = hi_c - 1
+        wc = (c - grid[lo_c]) / (grid[hi_c] - grid[lo_c])
+        lo, hi, w = self._n_bracket(n)
+        for nn, a in ((lo, 1 - w), (hi, w)):
+            if not a:
                 continue
-            base = self._base(nn)
             add = np.zeros(len(grid))
-            for j in np.unique(np.concatenate([lo[w != 1], hi[w != 0]])):
+            for j in np.unique(np.concatenate([lo_c[wc != 1], hi_c[wc != 0]])):
                 add[j] = self._context(nn, int(grid[j]))
-            ctx = add[lo] * (1 - w) + add[hi] * w
-            row = np.array((base.step_us, base.compute_us, base.comm_us) + base.bytes_by_class)
-            out += a * (row[:, None] + np.outer([1.0, 1.0] + [0.0] * (1 + len(CLASSES)), ctx))
+            ctx += a * (add[lo_c] * (1 - wc) + add[hi_c] * wc)
+        extra = grow + ctx
+        out = np.repeat(base[:, None], len(c), axis=1)
+        out[0] += extra
+        out[1] += extra
         return out
 
     def _beta_at(self, n: float) -> float:
         lo, hi, w = self._n_bracket(max(n, 2.0))
         return (1 - w) * self._beta(lo) + w * self._beta(hi)
 
-    def step(self, decode: int, decode_kv: int, prefill: int = 0, pairs: float = 0.0) -> tuple[float, float, tuple]:
-        """(step us, exposed communication us, bytes by class) of a step whose busiest group runs `decode`
-        decode tokens reading `decode_kv` KV tokens in all and `prefill` prompt tokens with `pairs` attention
-        pairs. Under tbo=on the step runs as two halves."""
-        n = decode + prefill
+    def step(self, tokens: int, decode_kv: int = 0, pairs: float = 0.0, mean_tokens: float | None = None) \
+            -> tuple[float, float, tuple]:
+        """(step us, exposed communication us, bytes by class) of a step whose busiest group runs `tokens` tokens
+        (decode + prefill), its decode attention reading `decode_kv` KV tokens in all and its prefill attention
+        `pairs` (query, key) pairs; `mean_tokens` per group over all groups (default: `tokens`, all alike). Under
+        tbo=on the step runs as two halves."""
+        n = tokens
+        m = n if mean_tokens is None else min(mean_tokens, n)
         if n <= 0:
             return 0.0, 0.0, (0.0,) * len(CLASSES)
         half = 0.5 if self.plan.tbo and n >= 2 else 1.0
-        d = self._decode(n * half, decode_kv / n)[:, 0]
-        compute, comm = d[1], d[2]
-        step = d[0]
-        if prefill:
+        d = self._decode(n * half, max(m * half, 1.0), decode_kv / n)[:, 0]
+        step, compute, comm = d[0], d[1], d[2]
+        if pairs:
             extra = self._beta_at(n * half) * pairs * half
             step, compute = step + extra, compute + extra
         if half < 1.0:
             step, comm = compute + max(compute, comm), max(0.0, comm - compute)
         return float(step), float(comm), tuple(float(x) / half for x in d[3:])
 
-    def decode_times(self, n: int, decode_kv: np.ndarray) -> np.ndarray:
-        """Step us of decode-only steps of n tokens, one per entry of decode_kv (the busiest group's KV read)."""
+    def decode_times(self, tokens: int, decode_kv: np.ndarray, mean_tokens: float | None = None) -> np.ndarray:
+        """Step us of decode-only steps (step's arguments), one per entry of decode_kv."""
+        n = tokens
+        m = n if mean_tokens is None else min(mean_tokens, n)
         half = 0.5 if self.plan.tbo and n >= 2 else 1.0
-        d = self._decode(n * half, np.asarray(decode_kv, np.float64) / n)
+        d = self._decode(n * half, max(m * half, 1.0), np.asarray(decode_kv, np.float64) / n)
         if half < 1.0:
             return d[1] + np.maximum(d[1], d[2])
         return d[0]
 
     def direct(self, decode: int, context: int, prefill: int = 0, prefill_context: float = 0.0,
                prefill_kv: int = 0) -> float:
-        """The step simulated exactly (uniform decode context), for the interpolation error."""
+        """The step simulated exactly (every group alike, uniform decode context), for the interpolation error."""
         return self.simulate(decode, context, prefill, prefill_context, prefill_kv).step_us
