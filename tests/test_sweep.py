@@ -166,3 +166,16 @@ def test_capture_table_points(tmp_path):
     rows = S.run_serial(pts, cache=str(tmp_path / "cache"))
     assert [r["batch"] for r in rows] == [1, 4] and [r["capture.batch"] for r in rows] == [1, 4]
     assert len(list((tmp_path / "cache").glob("capture-*.h5"))) == 2
+
+
+def test_a_failed_point_keeps_the_others_on_dask(tmp_path):
+    """A point that raises in its worker is reported and left out of the file; the others are written."""
+    pytest.importorskip("dask.distributed")
+    pts = S.grid_points({"sweep": {"engine": "analytic"}, "grid": {"trace": [TOY, "missing.h5"]}}, base=tmp_path)
+    out = tmp_path / "r.csv"
+    info = S.run_sweep(pts, str(out), workers=1)
+    assert info["run"] == 2 and [p.swept["trace"] for p, _ in info["failed"]] == ["missing.h5"]
+    assert "missing.h5" in info["failed"][0][1] and "\n" not in info["failed"][0][1]
+    assert [r["trace"] for r in S.read_rows(out)] == [TOY]
+    info = S.run_sweep(pts, str(out), serial=True)              # a rerun retries only the failed point
+    assert info["run"] == 1 and info["skipped"] == 1 and len(info["failed"]) == 1

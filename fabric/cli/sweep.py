@@ -1,5 +1,5 @@
-"""`fabric-sweep GRID.toml --out results.csv|.parquet`: replay every point of a grid in parallel on Dask
-distributed (fabric/tools/sweep.py; docs/sweep-and-plots.md)."""
+"""`fabric-sweep GRID.toml --out results.csv|.parquet`: replay (or serve a workload at) every point of a grid in
+parallel on Dask distributed (fabric/tools/sweep.py; docs/sweep-and-plots.md)."""
 from __future__ import annotations
 
 import click
@@ -8,9 +8,12 @@ from fabric.cli.common import Command, check_writable, count_bar, friendly
 
 
 @click.command(cls=Command, help="Replay every point of a grid (TOML: [sweep] trace, preset, engine, seed, mode; "
-                                 "[set] fixed overrides; [grid] swept keys with lists of values) in parallel on "
-                                 "Dask distributed and write one row per point to CSV or Parquet. Points already in "
-                                 "the output (same effective configuration) are skipped, so a stopped sweep resumes.")
+                                 "[set] fixed overrides; [grid] swept keys with lists of values), or serve a "
+                                 "workload at every point ([serve]: fabric-serve's arguments, swept as serve.KEY), "
+                                 "in parallel on Dask distributed and write one row per point to CSV or Parquet. "
+                                 "Points already in the output (same effective configuration) are skipped, so a "
+                                 "stopped sweep resumes; a point that fails is reported (exit code 1) and the "
+                                 "others are kept.")
 @click.argument("grid", type=click.Path(dir_okay=False))
 @click.option("--out", "-o", "out", required=True, type=click.Path(dir_okay=False),
               help="results file: .csv, or .parquet (needs pyarrow)")
@@ -23,7 +26,7 @@ from fabric.cli.common import Command, check_writable, count_bar, friendly
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @friendly
 def main(grid, out, scheduler, workers, serial, dry_run, quiet):
-    import time
+    import sys
 
     from fabric.tools import sweep as S
     check_writable(out, "--out")
@@ -31,25 +34,21 @@ def main(grid, out, scheduler, workers, serial, dry_run, quiet):
     points = S.load_grid(grid)
     if dry_run:
         for p in points:
-            vals = ", ".join(f"{k}={v}" for k, v in p.swept.items()) or "(no swept keys)"
-            click.echo(f"{p.key()}  {vals}")
+            click.echo(f"{p.key()}  {_values(p)}")
         click.echo(f"{len(points)} points")
         return
     with count_bar(len(points), "points", not quiet, tick=True) as step:
-        if serial:
-            t0 = time.perf_counter()
-            have = {str(r.get(S.HASH)) for r in S.read_rows(out)}
-            todo = [p for p in points if p.key() not in have]
-            rows = S.read_rows(out)
-            step(len(points) - len(todo))
-            for p in todo:
-                rows.append(S.run_point(p))
-                step()
-            S.write_rows(out, rows)
-            info = dict(points=len(points), run=len(todo), skipped=len(points) - len(todo),
-                        wall_s=time.perf_counter() - t0, workers=1)
-        else:
-            info = S.run_sweep(points, out, scheduler=scheduler, workers=workers, progress=step)
+        info = S.run_sweep(points, out, scheduler=scheduler, workers=workers, progress=step, serial=serial)
     where = "serial" if serial else (f"scheduler {scheduler}" if scheduler else "LocalCluster")
-    click.echo(f"{info['points']} points: {info['run']} run, {info['skipped']} already in {out}; "
-               f"{info['wall_s']:.1f} s wall on {info['workers']} worker(s) ({where})")
+    failed = info["failed"]
+    click.echo(f"{info['points']} points: {info['run']} run{f' ({len(failed)} failed)' if failed else ''}, "
+               f"{info['skipped']} already in {out}; {info['wall_s']:.1f} s wall on {info['workers']} worker(s) "
+               f"({where})")
+    for p, why in failed:
+        click.echo(f"error: point {p.key()} ({_values(p)}): {why}", err=True)
+    if failed:      # the rows of the others are written; running the sweep again retries only these
+        sys.exit(1)
+
+
+def _values(p) -> str:
+    return ", ".join(f"{k}={v}" for k, v in p.swept.items()) or "(no swept keys)"

@@ -8,7 +8,9 @@ path. See docs/sweep-and-plots.md.
   switch planes), with the node-by-node utilisation matrix beside it;
 - tpot: the TPOT breakdown (compute, exposed communication; per layer when the result has `layers`) and the time
   in collectives by kind;
-- sweep: any result field against any swept key of a `fabric-sweep` output, one line per value of the other keys.
+- sweep: any result field against any swept key of a `fabric-sweep` output, one line per value of the other keys;
+- serve: latency CDFs (TTFT, TPOT, end to end) of `fabric-serve --json` results, or throughput per accelerator and
+  TTFT / TPOT percentiles against the load of a `fabric-sweep` over served workloads.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from fabric.errors import ConfigError
 
-KINDS = ("collective", "links", "tpot", "sweep")
+KINDS = ("collective", "links", "tpot", "sweep", "serve")
 FORMATS = (".png", ".svg")
 
 
@@ -42,6 +44,22 @@ def load_json(path: str | Path):
         return json.loads(Path(path).read_text())
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not JSON: {exc}") from None
+
+
+def read_table(path: str | Path) -> list[dict]:
+    """The rows of a fabric-sweep output; a file that is not one is a one-line error."""
+    import csv
+
+    from fabric.tools.sweep import read_rows
+    if Path(path).suffix not in (".csv", ".parquet"):
+        raise ConfigError(f"{path}: a fabric-sweep output is .csv or .parquet")
+    try:
+        rows = read_rows(path)
+    except (ValueError, csv.Error) as exc:       # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{path} is not a readable table: {str(exc).splitlines()[0]}") from None
+    if not rows:
+        raise ConfigError(f"{path}: the results file has no rows")
+    return rows
 
 
 def label_of(result: dict, path: str | Path, key: str | None = None) -> str:
@@ -304,6 +322,22 @@ def swept_keys(rows: list[dict]) -> list[str]:
     return cols[:cols.index("point_hash")] if "point_hash" in cols else []
 
 
+def _lines(rows: list[dict], x: str, others: list[str], default: str) -> dict[str, list[dict]]:
+    """Rows grouped by the values of `others` (one line each), each group in x order."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(", ".join(f"{k}={r[k]}" for k in others) or default, []).append(r)
+    for pts in groups.values():
+        pts.sort(key=lambda r: (isinstance(_num(r[x]), str), _num(r[x])))
+    return groups
+
+
+def _value(v):
+    """A plotted value, or None for a missing one (an empty CSV cell, a percentile of no requests)."""
+    v = _num(v)
+    return v if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)) else None
+
+
 def sweep(rows: list[dict], out: str, x: str | None = None, y: str = "tpot_us", hue: str | None = None,
           title: str | None = None) -> str:
     """y against x, one line per value of `hue` (default: the other swept keys together)."""
@@ -320,18 +354,134 @@ def sweep(rows: list[dict], out: str, x: str | None = None, y: str = "tpot_us", 
     if hue is not None and hue not in rows[0]:
         raise ConfigError(f"sweep: --hue {hue!r} is not a column")
     others = [hue] if hue else [k for k in keys if k != x]
-    groups: dict[str, list[tuple]] = {}
-    for r in rows:
-        g = ", ".join(f"{k}={r[k]}" for k in others) or y
-        groups.setdefault(g, []).append((_num(r[x]), _num(r[y])))
+    groups = _lines(rows, x, others, y)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for g, pts in groups.items():
-        pts.sort(key=lambda p: (isinstance(p[0], str), p[0]))
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=g)
+        ax.plot([_num(r[x]) for r in pts], [_num(r[y]) for r in pts], marker="o", label=g)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.grid(True, alpha=0.3)
     if len(groups) > 1 or others:
         ax.legend(fontsize=8)
     ax.set_title(title or f"{y} vs {x} ({len(rows)} points)")
+    return _save(fig, out)
+
+
+# ---------------------------------------------------------------- serve
+
+LATENCIES = (("ttft_ms", "time to first token"), ("tpot_ms", "time per output token"),
+             ("e2e_ms", "end-to-end latency"))
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+SERVE_COLUMNS = ("output_tokens_per_s_per_accelerator", "ttft_ms.p50", "ttft_ms.p99", "tpot_ms.p50", "tpot_ms.p99")
+
+
+def serve_label(result: dict) -> str:
+    """A legend label for a fabric-serve result: plan, preset, the --set overrides and the rate (Poisson's, else
+    the mean of the requests served)."""
+    parts = [str(result.get("plan", "")), f"on {result.get('preset', '')}"]
+    parts += [f"{k}={v}" for k, v in ((result.get("meta") or {}).get("overrides") or {}).items() if k != "sim.seed"]
+    wm = result.get("workload_meta") or {}
+    rate = wm.get("rate_per_s") or wm.get("mean_rate_per_s")
+    if rate:
+        parts.append(f"{rate:.3g} req/s")
+    return " ".join(p for p in parts if p)
+
+
+def check_serve_result(result, path: str | Path) -> dict:
+    if not isinstance(result, dict) or not all(isinstance(result.get(k), dict) for k, _ in LATENCIES):
+        raise ConfigError(f"{path}: not a `fabric-serve --json` result (no ttft_ms / tpot_ms / e2e_ms)")
+    return result
+
+
+def _log_if_wide(ax, axis: str) -> None:
+    """A log axis when the data span 8x or more, with plain tick labels (1, 10, 0.5, not 10^0)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    lo, hi = (ax.dataLim.x0, ax.dataLim.x1) if axis == "x" else (ax.dataLim.y0, ax.dataLim.y1)
+    if ax.has_data() and lo > 0 and hi >= 8 * lo:
+        getattr(ax, f"set_{axis}scale")("log")
+        which = getattr(ax, f"{axis}axis")
+        which.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        if hi < 100 * lo:         # under two decades the powers of 10 alone leave an axis almost unlabelled
+            which.set_minor_formatter(FuncFormatter(
+                lambda v, _: f"{v:g}" if v > 0 and round(v / 10 ** math.floor(math.log10(v))) in (2, 5) else ""))
+        else:
+            which.set_minor_formatter(NullFormatter())
+
+
+def serve_latency(results: list[tuple[str, dict]], out: str, title: str | None = None) -> str:
+    """CDFs of TTFT, TPOT and end-to-end latency, one line per fabric-serve result: per request when the result
+    carries `per_request`, and its p50 / p90 / p99 as markers (the whole curve when it has only those)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for i, (label, r) in enumerate(results):
+        color = f"C{i % 10}"
+        per = r.get("per_request") or {}
+        for ax, (key, _) in zip(axes, LATENCIES):
+            vals = sorted(float(v) for v in per.get(key) or () if v is not None)   # one-token requests: no TPOT
+            pct = [(r[key][p], q) for p, q in QUANTILES if r[key].get(p) is not None]
+            if vals:
+                n = len(vals)
+                ax.step(vals, [(k + 1) / n for k in range(n)], where="post", color=color, label=label)
+                ax.plot([v for v, _ in pct], [q for _, q in pct], "o", ms=4, color=color)
+            elif pct:
+                ax.plot([v for v, _ in pct], [q for _, q in pct], "o--", ms=4, color=color, label=label)
+    for ax, (key, what) in zip(axes, LATENCIES):
+        _log_if_wide(ax, "x")
+        ax.set_xlabel(f"{what} (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_title(f"{key.split('_')[0].upper()} CDF (dots: p50, p90, p99)", fontsize=9)
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title or "served latency")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def serve_sweep(tables: list[tuple[str, list[dict]]], out: str, x: str | None = None, hue: str | None = None,
+                title: str | None = None) -> str:
+    """Throughput (output tokens/s per accelerator) and TTFT / TPOT p50 and p99 against the swept load (`x`,
+    default serve.rate), one line per value of `hue` (default: the other swept keys together)."""
+    plt = _plt()
+    for path, rows in tables:
+        missing = [c for c in SERVE_COLUMNS if c not in rows[0]]
+        if missing:
+            raise ConfigError(f"{path}: not a fabric-sweep of served workloads (no column {missing[0]}); "
+                              f"`fabric-plot sweep` draws replay sweeps")
+    rows = [r for _, rows in tables for r in rows]
+    keys = swept_keys(rows)
+    x = x or ("serve.rate" if "serve.rate" in keys else (keys[0] if keys else None))
+    if x is None or x not in rows[0]:
+        raise ConfigError(f"serve: --x {x!r} is not a column; swept keys: {', '.join(keys) or 'none'}")
+    if hue is not None and hue not in rows[0]:
+        raise ConfigError(f"serve: --hue {hue!r} is not a column")
+    groups = _lines(rows, x, [hue] if hue else [k for k in keys if k != x], "served")
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    panels = ((axes[0], ("output_tokens_per_s_per_accelerator",), "output tokens/s per accelerator", None),
+              (axes[1], ("ttft_ms.p50", "ttft_ms.p99"), "TTFT (ms)", "slo.ttft_ms"),
+              (axes[2], ("tpot_ms.p50", "tpot_ms.p99"), "TPOT (ms)", "slo.tpot_ms"))
+    for i, (g, pts) in enumerate(groups.items()):
+        for ax, cols, _, _ in panels:
+            for col, style in zip(cols, ("-", "--")):
+                xy = [(_num(r[x]), _value(r[col])) for r in pts]
+                xy = [(a, b) for a, b in xy if b is not None]
+                ax.plot([a for a, _ in xy], [b for _, b in xy], style, marker="o", ms=4, color=f"C{i % 10}",
+                        label=g if style == "-" else None)
+    numeric = all(isinstance(_num(r[x]), (int, float)) for r in rows)
+    for ax, cols, ylabel, slo in panels:
+        targets = {_value(r.get(slo)) for r in rows} - {None} if slo else set()
+        for t in targets:
+            ax.axhline(t, color="0.4", ls=":", lw=1)
+        if numeric:
+            _log_if_wide(ax, "x")                   # loads swept in steps of x2
+        if len(cols) > 1:
+            _log_if_wide(ax, "y")                   # latency grows by orders of magnitude past saturation
+            ax.set_title(f"{ylabel.split()[0]}: p50 (solid), p99 (dashed)", fontsize=9)
+        ax.set_xlabel("offered load (requests/s)" if x == "serve.rate" else x)
+        ax.set_ylabel(ylabel + (" (dotted: SLO)" if targets else ""))
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_title("throughput", fontsize=9)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title or f"served throughput and latency vs {x} ({len(rows)} points)")
+    fig.tight_layout()
     return _save(fig, out)

@@ -15,10 +15,27 @@ A grid file (TOML):
     "phy.lane_rate_gbps" = [32, 64]   # the [capture] table), or preset / engine / seed / trace
     "switch.latency_ns" = [100, 200]
 
-Every point is one replay; its row holds every swept value (column = the swept key), the point's hash, the project
-version, seed, wall time, every result field of `fabric-replay --json` (nested ones flattened with dots, lists as
-JSON text) and the full effective configuration (columns `config.SECTION.KEY`). A point is identified by the hash of
-its effective configuration, trace and engine; points already in the output file are skipped (resume).
+A served workload instead of a replayed step: a [serve] table (no trace) of fabric-serve's arguments, each of
+which [grid] can sweep as "serve.KEY" (with fabric keys, preset, engine and seed as above):
+
+    [serve]
+    model = "deepseek-r1"      # or hf_config = "config.json" (relative to the grid file)
+    plan = "tp=64"
+    workload = "azure-conv"    # a CSV (relative to the grid file), poisson:..., closed:...
+    requests = 2000            # or duration = S
+    slo_ttft_ms = 2000
+    slo_tpot_ms = 50
+    [grid]
+    "serve.rate" = [1, 2, 4, 8]
+    "serve.plan" = ["tp=64", "attn=dp,ep=64"]
+
+Every point is one replay (or one fabric.serve run); its row holds every swept value (column = the swept key), the
+point's hash, the project version, seed, wall time, every result field of `fabric-replay --json` (or of
+`fabric-serve --json`; nested ones flattened with dots, lists as JSON text), the capture or serve arguments
+(`capture.KEY`, `serve.KEY`) and the full effective configuration (columns `config.SECTION.KEY`). A point is
+identified by the hash of its effective configuration, trace (or capture or serve arguments) and engine; points
+already in the output file are skipped (resume). A point that fails is reported and left out of the file, so the
+next run retries it.
 """
 from __future__ import annotations
 
@@ -27,6 +44,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -37,6 +55,12 @@ from fabric.errors import ConfigError
 SPECIAL = ("trace", "preset", "engine", "seed")
 ENGINES = ("packet", "analytic")
 HASH = "point_hash"
+# [serve] keys: fabric-serve's options (--slo-ttft-ms -> slo_ttft_ms) -> their type; preset, engine and seed are
+# [sweep] keys shared with replay points, so that a grid sweeps them the same way for both
+SERVE_KEYS = dict(model=str, hf_config=str, chip=str, plan=str, workload=str, requests=int, duration=float,
+                  rate=float, slo_ttft_ms=float, slo_tpot_ms=float, token_budget=int, max_seqs=int, balance=str)
+BALANCE = ("least_tokens", "round_robin")
+RESULT_ONLY = ("channel_utilisation", "layers", "per_request")   # per channel / layer / request: in --json only
 
 
 @dataclass(frozen=True)
@@ -48,6 +72,7 @@ class Point:
     engine: str
     seed: int | None
     sets: dict = field(default_factory=dict)   # section.key -> value, fixed sets then swept ones
+    serve: dict | None = None    # fabric-serve arguments (SERVE_KEYS) when the point serves a workload
 
     def config(self):
         from fabric.config import load_config
@@ -57,10 +82,12 @@ class Point:
         return load_config(preset=self.preset, overrides=over)
 
     def key(self) -> str:
-        """Hash of the effective configuration, trace (or capture arguments) and engine."""
+        """Hash of the effective configuration, trace (or capture or serve arguments) and engine."""
         cfg = self.config()
-        blob = json.dumps(dict(config=cfg.to_dict(), trace=self.trace or "default", capture=self.capture,
-                               engine=self.engine), sort_keys=True, default=str)
+        what = dict(config=cfg.to_dict(), trace=self.trace or "default", capture=self.capture, engine=self.engine)
+        if self.serve is not None:      # only then: replay points keep the hashes of files written before
+            what["serve"] = self.serve
+        blob = json.dumps(what, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -81,15 +108,25 @@ def load_grid(path: str | Path) -> list[Point]:
 
 
 def grid_points(data: dict, base: Path | str = ".") -> list[Point]:
-    unknown = set(data) - {"sweep", "grid", "set", "capture"}
+    unknown = set(data) - {"sweep", "grid", "set", "capture", "serve"}
     if unknown:
-        raise ConfigError(f"grid: unknown table(s) {', '.join(sorted(unknown))}; use [sweep], [grid], [set], [capture]")
+        raise ConfigError(f"grid: unknown table(s) {', '.join(sorted(unknown))}; use [sweep], [grid], [set], "
+                          f"[capture], [serve]")
     sw = dict(data.get("sweep", {}))
     grid = dict(data.get("grid", {}))
     fixed = {str(k): v for k, v in data.get("set", {}).items()}
     capture = data.get("capture")
     if isinstance(sw.get("trace"), dict):
         capture = sw.pop("trace")
+    serve = data.get("serve")
+    if serve is not None:
+        if not isinstance(serve, dict):
+            raise ConfigError("grid: serve must be a table ([serve]) of fabric-serve arguments")
+        if capture is not None or "trace" in sw or "trace" in grid:
+            raise ConfigError("grid: a [serve] table serves a workload; it takes no trace or [capture] "
+                              "(the plan and model say what runs)")
+        for k in serve:
+            _serve_key(k, "[serve]")
     mode = sw.pop("mode", "product")
     if mode not in ("product", "zip"):
         raise ConfigError(f"[sweep] mode={mode!r} must be 'product' or 'zip'")
@@ -110,6 +147,10 @@ def grid_points(data: dict, base: Path | str = ".") -> list[Point]:
             raise ConfigError(f"[grid] {k!r} must be a non-empty list of values")
         if k.startswith("capture.") and capture is None:
             raise ConfigError(f"[grid] {k!r} sweeps a capture argument but there is no [capture] table")
+        if k.startswith("serve."):
+            if serve is None:
+                raise ConfigError(f"[grid] {k!r} sweeps a fabric-serve argument but there is no [serve] table")
+            _serve_key(k[len("serve."):], "[grid]")
     keys = list(grid)
     if mode == "zip":
         lens = {len(grid[k]) for k in keys}
@@ -123,27 +164,95 @@ def grid_points(data: dict, base: Path | str = ".") -> list[Point]:
     for combo in combos:
         val = dict(zip(keys, combo))
         trace = val.get("trace", sw.get("trace", "default"))
-        cap = None
-        if capture is not None and ("trace" not in val and "trace" not in sw):
+        cap = srv = None
+        if serve is not None:
+            srv = _serve_args({**serve, **{k[len("serve."):]: v for k, v in val.items() if k.startswith("serve.")}},
+                              base)
+            trace = None
+        elif capture is not None and ("trace" not in val and "trace" not in sw):
             cap = dict(capture)
             cap.update({k[len("capture."):]: v for k, v in val.items() if k.startswith("capture.")})
             trace = None
         elif trace in (None, "default"):
             trace = None
         else:
-            trace = str((base / str(trace)).resolve()) if not os.path.isabs(str(trace)) else str(trace)
+            trace = _resolve(trace, base)
         engine = val.get("engine", sw.get("engine", "analytic"))
         if engine not in ENGINES:
             raise ConfigError(f"engine={engine!r} must be one of {', '.join(ENGINES)}")
         seed = val.get("seed", sw.get("seed"))
         sets = dict(fixed)
-        sets.update({k: v for k, v in val.items() if k not in SPECIAL and not k.startswith("capture.")})
+        sets.update({k: v for k, v in val.items() if k not in SPECIAL and not k.startswith(("capture.", "serve."))})
         preset = str(val.get("preset", sw.get("preset", "sd200")))
         points.append(Point(swept=val, trace=trace, capture=cap, preset=preset, engine=engine,
-                            seed=None if seed is None else int(seed), sets=sets))
-    for p in points:      # validate every point's configuration before any work starts
-        p.config()
+                            seed=None if seed is None else int(seed), sets=sets, serve=srv))
+    checked: set = set()
+    for p in points:      # validate every point's configuration (and serve arguments) before any work starts
+        cfg = p.config()
+        if p.serve is not None:
+            _check_serve(p.serve, cfg.sim.seed, checked)
     return points
+
+
+def _resolve(path, base: Path) -> str:
+    """A path named in the grid file, relative to the grid file."""
+    return str(path) if os.path.isabs(str(path)) else str((base / str(path)).resolve())
+
+
+def _serve_key(key: str, where: str) -> None:
+    if key not in SERVE_KEYS:
+        hint = " (a [sweep] key: preset, engine and seed apply to replay and serve points alike)" \
+            if key in SPECIAL else ""
+        raise ConfigError(f"{where} unknown fabric-serve argument {key!r}{hint}; use {', '.join(SERVE_KEYS)}")
+
+
+def _serve_args(args: dict, base: Path) -> dict:
+    """One point's fabric-serve arguments, typed, with the files they name resolved against the grid file."""
+    out = {}
+    for k, v in args.items():
+        want = SERVE_KEYS[k]
+        ok = isinstance(v, str) if want is str else (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and (want is float or float(v).is_integer()))
+        if not ok:
+            kind = {str: "a string", int: "a whole number", float: "a number"}[want]
+            raise ConfigError(f"serve.{k} = {v!r} must be {kind}")
+        out[k] = want(v)
+    if "requests" in out and "duration" in out:
+        raise ConfigError("serve: give requests or duration, not both")
+    if out.get("balance", BALANCE[0]) not in BALANCE:
+        raise ConfigError(f"serve.balance = {out['balance']!r} must be one of {', '.join(BALANCE)}")
+    for k in ("slo_ttft_ms", "slo_tpot_ms", "token_budget", "max_seqs"):
+        if k in out and not out[k] > 0:
+            raise ConfigError(f"serve.{k} = {out[k]} must be > 0")
+    if "hf_config" in out:
+        out["hf_config"] = _resolve(out["hf_config"], base)
+    if "workload" in out:       # a trace file, or the empirical token-count files inside a spec
+        w = out["workload"]
+        if w.endswith(".csv") and ":" not in w:
+            w = _resolve(w, base)
+        out["workload"] = re.sub(r"empirical:([^,]+)", lambda m: f"empirical:{_resolve(m.group(1), base)}", w)
+    return out
+
+
+def _check_serve(args: dict, seed: int, checked: set) -> None:
+    """What fabric.serve parses before it runs (model, plan, workload), once per distinct input, so that a typo
+    stops the sweep before any point runs."""
+    from fabric.capture import resolve_model
+    from fabric.serve.plan import parse_plan
+    from fabric.serve.workload import parse_workload
+    model = ("model", args.get("model"), args.get("hf_config"))
+    if model not in checked:
+        checked.add(model)
+        resolve_model(model[1] or (None if model[2] else "deepseek-r1"), model[2])
+    plan = ("plan", args.get("plan", "tp=64"))
+    if plan not in checked:
+        checked.add(plan)
+        parse_plan(plan[1])
+    wl = ("workload", args.get("workload", "azure-conv"), args.get("requests"), args.get("duration"),
+          args.get("rate"), seed)
+    if wl not in checked:
+        checked.add(wl)
+        parse_workload(wl[1], requests=wl[2], duration_s=wl[3], rate=wl[4], seed=seed)
 
 
 def _flatten(prefix: str, value, out: dict) -> None:
@@ -189,27 +298,66 @@ def _tune_malloc() -> None:
     reuse_freed_arrays()
 
 
+# the [serve] keys that make a fabric.serve.Deployment (with the config, preset and engine); the others are the
+# workload's. Points that differ only in the workload (a sweep over load) share one deployment in a process: its
+# step model's grid is simulated once, and results are the same as from a fresh one (the grid is fixed, made on
+# demand)
+DEPLOYMENT_KEYS = ("model", "hf_config", "chip", "plan", "token_budget")
+_DEPLOYMENTS: dict = {}       # deployment key -> Deployment, the most recently used last
+_KEEP_DEPLOYMENTS = 4
+
+
+def _deployment_key(point: Point) -> str | None:
+    if point.serve is None:
+        return None
+    return json.dumps([{k: point.serve.get(k) for k in DEPLOYMENT_KEYS}, point.preset, point.engine,
+                       point.config().to_dict()], sort_keys=True, default=str)
+
+
+def _serve(point: Point, cfg) -> dict:
+    from fabric.serve import Deployment
+    args = dict(point.serve)
+    made = {k: args.pop(k) for k in DEPLOYMENT_KEYS if k in args}
+    key = _deployment_key(point)
+    dep = _DEPLOYMENTS.pop(key, None)
+    if dep is None:
+        dep = Deployment(**made, preset=point.preset, cfg=cfg, engine=point.engine, seed=cfg.sim.seed)
+    _DEPLOYMENTS[key] = dep
+    while len(_DEPLOYMENTS) > _KEEP_DEPLOYMENTS:
+        _DEPLOYMENTS.pop(next(iter(_DEPLOYMENTS)))
+    if "duration" in args:
+        args["duration_s"] = args.pop("duration")
+    return dep.serve(args.pop("workload", "azure-conv"), **args)
+
+
 def run_point(point: Point, cache: str = ".fabric-sweep-cache") -> dict:
-    """Replay one point; returns its row (see the module docstring)."""
+    """Replay (or serve) one point; returns its row (see the module docstring)."""
     import fabric
     _tune_malloc()
-    from fabric.replay import replay
     t0 = time.perf_counter()
     cfg = point.config()
-    trace = point.trace if point.capture is None else _capture_trace(point.capture, cache)
-    r = replay(trace, cfg, engine=point.engine, preset=point.preset)
+    if point.serve is not None:
+        r = _serve(point, cfg)
+    else:
+        from fabric.replay import replay
+        trace = point.trace if point.capture is None else _capture_trace(point.capture, cache)
+        r = replay(trace, cfg, engine=point.engine, preset=point.preset)
     row = {k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in point.swept.items()}
     row[HASH] = point.key()
     row["version"] = fabric.__version__
     row["seed"] = cfg.sim.seed
     row["point_wall_s"] = time.perf_counter() - t0
     res: dict = {}
-    _flatten("", r, res)
+    _flatten("", {k: v for k, v in r.items() if k not in RESULT_ONLY}, res)
     for k, v in res.items():
-        if k not in row and k not in ("channel_utilisation", "layers"):   # per channel / layer: in --json only
+        if k not in row:
             row[k] = v
     if point.capture is not None:
         _flatten("capture", point.capture, row)
+    if point.serve is not None:
+        args: dict = {}
+        _flatten("serve", point.serve, args)
+        row.update((k, v) for k, v in args.items() if k not in row)   # a swept one keeps the grid's spelling
     _flatten("config", cfg.to_dict(), row)
     return row
 
@@ -277,16 +425,31 @@ def run_serial(points: list[Point], cache: str = ".fabric-sweep-cache") -> list[
     return [run_point(p, cache) for p in points]
 
 
+def _write_new(out: str, rows: list[dict], had: int) -> None:
+    if len(rows) > had:     # nothing new: leave the file as it is (or absent)
+        write_rows(out, rows)
+
+
+def _why(exc: BaseException) -> str:
+    """One line for a failed point: the package's own message, else the exception's type and message."""
+    from fabric.errors import FabricError
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text if isinstance(exc, FabricError) else f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
 def run_sweep(points: list[Point], out: str, *, scheduler: str | None = None, workers: int | None = None,
-              progress=None, flush_s: float = 2.0, cache: str | None = None) -> dict:
+              progress=None, flush_s: float = 2.0, cache: str | None = None, serial: bool = False) -> dict:
     """Run the points not yet in `out` on Dask (an existing scheduler, or a LocalCluster of `workers` processes,
-    one thread each; default: one per core); rows are written as they complete (at most every flush_s) and at
-    the end. progress(n) is called per finished point. Returns counts and wall time."""
+    one thread each; default: one per core), or one by one in this process (`serial`); rows are written as they
+    complete (at most every flush_s) and at the end. A point that raises is left out of the file (the next run
+    retries it) and listed in `failed` as (point, one-line reason); the others are kept. progress(n) is called
+    for the points already in `out` and per finished point. Returns counts, failures and wall time."""
     check_output(out)
-    try:
-        from dask.distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise ConfigError("fabric-sweep needs dask distributed: pip install 'scaleup-fabric[sweep]'") from None
+    if not serial:
+        try:
+            from dask.distributed import Client, LocalCluster, as_completed
+        except ImportError:
+            raise ConfigError("fabric-sweep needs dask distributed: pip install 'scaleup-fabric[sweep]'") from None
     cache = cache or str(Path(out).resolve().parent / ".fabric-sweep-cache")
     done_rows = read_rows(out)
     have = {str(r.get(HASH)) for r in done_rows}
@@ -296,10 +459,42 @@ def run_sweep(points: list[Point], out: str, *, scheduler: str | None = None, wo
         if k not in have and k not in seen:
             seen.add(k)
             pending.append(p)
+    group: dict = {}     # a deployment's points together (for its reuse), the groups in grid order
+    pending.sort(key=lambda p: group.setdefault(_deployment_key(p), len(group)))
     skipped = len(points) - len(pending)
+    if progress and skipped:
+        progress(skipped)
     t0 = time.perf_counter()
     if not pending:
-        return dict(points=len(points), run=0, skipped=skipped, wall_s=0.0, workers=0)
+        return dict(points=len(points), run=0, skipped=skipped, failed=[], wall_s=0.0, workers=0)
+    rows, failed = list(done_rows), []
+    last = time.perf_counter()
+
+    def finished(point, row=None, exc=None):
+        nonlocal last
+        if exc is None:
+            rows.append(row)
+        else:
+            failed.append((point, _why(exc)))
+        if progress:
+            progress(1)
+        if row is not None and time.perf_counter() - last > flush_s:
+            write_rows(out, rows)
+            last = time.perf_counter()
+
+    if serial:
+        try:
+            for p in pending:
+                try:
+                    row = run_point(p, cache)
+                except Exception as exc:        # noqa: BLE001 - one bad point must not stop the others
+                    finished(p, exc=exc)
+                else:
+                    finished(p, row)
+        finally:
+            _write_new(out, rows, len(done_rows))
+        return dict(points=len(points), run=len(pending), skipped=skipped, failed=failed,
+                    wall_s=time.perf_counter() - t0, workers=1)
     cluster = None
     if scheduler:
         client = Client(scheduler)
@@ -313,19 +508,18 @@ def run_sweep(points: list[Point], out: str, *, scheduler: str | None = None, wo
     try:
         nworkers = len(client.scheduler_info().get("workers", {}))
         futures = client.map(run_point, pending, cache=cache, pure=False)
-        rows = list(done_rows)
-        last = time.perf_counter()
+        point_of = {f.key: p for f, p in zip(futures, pending)}
         for fut in as_completed(futures):
-            rows.append(fut.result())
-            if progress:
-                progress(1)
-            if time.perf_counter() - last > flush_s:
-                write_rows(out, rows)
-                last = time.perf_counter()
-        write_rows(out, rows)
+            try:
+                row = fut.result()
+            except Exception as exc:            # noqa: BLE001 - raised in the worker, re-raised here
+                finished(point_of[fut.key], exc=exc)
+            else:
+                finished(point_of[fut.key], row)
     finally:
+        _write_new(out, rows, len(done_rows))     # what completed, also when the sweep is stopped
         client.close()
         if cluster is not None:
             cluster.close()
-    return dict(points=len(points), run=len(pending), skipped=skipped, wall_s=time.perf_counter() - t0,
-                workers=nworkers)
+    return dict(points=len(points), run=len(pending), skipped=skipped, failed=failed,
+                wall_s=time.perf_counter() - t0, workers=nworkers)
