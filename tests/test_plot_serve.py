@@ -2,6 +2,7 @@
 against load of a fabric-sweep over served workloads; wrong inputs are one line and exit 2."""
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -41,16 +42,25 @@ def sweep_rows() -> list[dict]:
     return rows
 
 
+def serve_result(plan: str, scale: float, per_request: bool) -> dict:
+    """A fabric-serve --json result as far as the plot reads it: latency percentiles and per-request latencies."""
+    rng = np.random.default_rng(1)
+    lat = {"ttft_ms": 200 * scale * rng.lognormal(0, 0.6, 200), "tpot_ms": 20 * scale * rng.lognormal(0, 0.2, 200),
+           "e2e_ms": 4000 * scale * rng.lognormal(0, 0.5, 200)}
+    r = {"plan": plan, "preset": "sd200", "workload_meta": {"rate_per_s": 4.0}, "meta": {"overrides": {}}}
+    r.update({k: {f"p{q}": float(np.percentile(v, q)) for q in (50, 90, 99)} | {"mean": float(v.mean())}
+              for k, v in lat.items()})
+    if per_request:
+        r["per_request"] = {k: [float(x) for x in v] for k, v in lat.items()}
+        r["per_request"]["tpot_ms"][0] = None         # a one-token request has no TPOT
+    return r
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     d = tmp_path_factory.mktemp("plot-serve")
-    ok(CliRunner().invoke(serve_cli, ["--model", "toy-mla", "--plan", "tp=8", "--workload", WORKLOAD,
-                                      "--requests", "40", "--seed", "5", "--quiet", "--json", str(d / "s1.json")]))
-    r = json.loads((d / "s1.json").read_text())
-    assert r["per_request"]["ttft_ms"]
-    del r["per_request"]         # percentiles only: drawn as the points of the CDF
-    r["plan"] = "tp=4"
-    (d / "s2.json").write_text(json.dumps(r))
+    (d / "s1.json").write_text(json.dumps(serve_result("tp=64", 1.0, per_request=True)))
+    (d / "s2.json").write_text(json.dumps(serve_result("attn=dp,ep=64", 0.5, per_request=False)))
     write_rows(d / "serve.csv", sweep_rows())
     (d / "replay.csv").write_text("phy.lane_rate_gbps,point_hash,tpot_us\n32,a,150.0\n64,b,149.0\n")
     (d / "replay.json").write_text(json.dumps({"tpot_us": 1.0, "compute_us": 1.0, "exposed_comm_us": 0.0}))
@@ -58,11 +68,19 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fmt", ["png", "svg"])
-def test_latency_cdfs_of_serve_results(results, fmt):
+def test_latency_cdfs_per_request_and_from_percentiles(results, fmt):
     out = results / f"cdf.{fmt}"
     r = ok(CliRunner().invoke(plot_cli, ["serve", str(results / "s1.json"), str(results / "s2.json"),
                                          "-o", str(out)]))
     assert r.output.strip() == f"wrote {out}"
+    looks_like(out)
+
+
+def test_cdf_of_a_fabric_serve_json(tmp_path):
+    ok(CliRunner().invoke(serve_cli, ["--model", "toy-mla", "--plan", "tp=8", "--workload", WORKLOAD,
+                                      "--requests", "40", "--seed", "5", "--quiet", "--json", str(tmp_path / "s.json")]))
+    out = tmp_path / "cdf.png"
+    ok(CliRunner().invoke(plot_cli, ["serve", str(tmp_path / "s.json"), "--label", "toy", "-o", str(out)]))
     looks_like(out)
 
 
