@@ -23,6 +23,7 @@ fixed-buffer low-latency dispatch is).
 """
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from dataclasses import dataclass
@@ -102,31 +103,116 @@ class Plan:
 
 # ---------------------------------------------------------------- routing oracle
 
+KEEP_ROWS = 1 << 17   # rows of one layer's routing kept between calls (2 MiB at topk 8); a longer draw is extended
+#                       from the kept generator state for that call only (a 64-group serving step routes ~1M tokens)
+
+
 def route(spec: ModelSpec, layer: int, n_tokens: int, seed: int) -> np.ndarray:
-    """Seeded routing oracle: [n_tokens, topk] expert ids, group-limited as the model's router is.
+    """Seeded routing oracle: [n_tokens, topk] expert ids (sorted in each row), group-limited as the model's router is.
 
     Meta tensors hold no values, so routing cannot be computed; both engines draw it from here. Each token picks
-    topk_group of n_group expert groups uniformly, then topk distinct experts uniformly inside them. Tokens draw
-    from one stream in order, so fewer tokens are a prefix of more: the draws are kept per (spec, layer, seed) and
-    extended (the serving experiments capture ~16 steps of 1..152 tokens; ~35 ms per layer and step otherwise)."""
-    drawn = _drawn(spec, layer, seed)
-    rng, rows = drawn
-    if len(rows) < n_tokens:
-        E, k, G, kg = spec.n_experts, spec.topk, max(spec.n_group, 1), max(spec.topk_group, 1)
-        per = E // G
-        more = np.empty((n_tokens - len(rows), k), np.int64)
-        for t in range(len(more)):
-            groups = rng.choice(G, size=kg, replace=False)
-            cand = (groups[:, None] * per + np.arange(per)[None, :]).ravel()
-            more[t] = np.sort(rng.choice(cand, size=k, replace=False))
-        drawn[1] = rows = np.concatenate([rows, more])
-    return rows[:n_tokens].copy()
+    topk_group of n_group expert groups uniformly, then topk distinct experts uniformly inside them, as
+
+        groups = rng.choice(n_group, topk_group, replace=False)
+        row = sort(rng.choice(<the experts of those groups, group by group>, topk, replace=False))
+
+    per token, in order, from one generator per (layer, seed): fewer tokens are a prefix of more. _draw_rows replays
+    that loop on blocks of the generator's words at once (identical rows, ~100x faster), and the first KEEP_ROWS rows
+    of each (spec, layer, seed) are kept and extended (the serving experiments capture many steps)."""
+    return _routed(spec, layer, n_tokens, seed).astype(np.int64)
 
 
-@functools.lru_cache(maxsize=1024)
-def _drawn(spec: ModelSpec, layer: int, seed: int) -> list:
+def _routed(spec: ModelSpec, layer: int, n: int, seed: int) -> np.ndarray:
+    """route's rows, read-only, in the small dtype they are kept in (lower reads them without a copy)."""
+    kept = _kept(spec, layer, seed)
+    rng, rows = kept
+    want = min(n, KEEP_ROWS)
+    if len(rows) < want:
+        rows = np.concatenate([rows, _draw_rows(spec, rng, want - len(rows))])
+        rows.flags.writeable = False
+        kept[1] = rows
+    if n <= len(rows):
+        return rows[:n]
+    return np.concatenate([rows, _draw_rows(spec, copy.deepcopy(rng), n - len(rows))])
+
+
+@functools.lru_cache(maxsize=256)
+def _kept(spec: ModelSpec, layer: int, seed: int) -> list:
     """[the layer's generator, the rows drawn from it so far] (route)."""
-    return [np.random.default_rng([seed, layer, 0x5EED]), np.empty((0, spec.topk), np.int64)]
+    return [np.random.default_rng([seed, layer, 0x5EED]), np.empty((0, spec.topk), _id_dtype(spec))]
+
+
+def _id_dtype(spec: ModelSpec):
+    return np.int16 if spec.n_experts <= np.iinfo(np.int16).max else np.int32
+
+
+def _draw_rows(spec: ModelSpec, rng: np.random.Generator, n: int) -> np.ndarray:
+    """The next n (>= 1) rows of route's per-token loop, 65536 tokens at a time (bounded temporaries)."""
+    return np.concatenate([_draw_block(spec, rng, min(1 << 16, n - s)) for s in range(0, n, 1 << 16)])
+
+
+def _draw_block(spec: ModelSpec, rng: np.random.Generator, n: int) -> np.ndarray:
+    """The next n rows of route's per-token loop, drawn for all n tokens at once.
+
+    Generator.choice(pop, size, replace=False) with size <= 200 is Floyd's algorithm (numpy shuffles the tail of
+    the population instead only when pop > 10000 and size > pop / 50): for j in pop-size .. pop-1, v = a bounded
+    integer in [0, j], or j if v was picked already; then a Fisher-Yates shuffle of the picks (for i in size-1 .. 1:
+    swap i with a bounded integer in [0, i]). Each bounded integer in [0, j] (j >= 1; j == 0 draws nothing) is
+    Lemire's method on the generator's next 32-bit word w: (w * (j+1)) >> 32, redrawn while (w * (j+1)) mod 2^32 <
+    2^32 mod (j+1). So a token consumes a fixed sequence of words but for those rare rejections (< 1e-7 per word
+    here): the block is cut into tokens, a rejected word is dropped (the next word serves the same draw) and the
+    block re-cut; then each draw is one numpy operation over all tokens. The second shuffle only consumes words:
+    the row is sorted."""
+    E, k, G, kg = spec.n_experts, spec.topk, max(spec.n_group, 1), max(spec.topk_group, 1)
+    per = E // G
+    m = kg * per
+    g_floyd, g_shuffle = range(G - kg, G), range(kg - 1, 0, -1)
+    e_floyd, e_shuffle = range(m - k, m), range(k - 1, 0, -1)
+    bounds = [j for j in g_floyd if j] + list(g_shuffle) + [j for j in e_floyd if j] + list(e_shuffle)
+    D = len(bounds)
+    span = np.array(bounds, np.uint64) + 1
+    reject_below = np.uint64(1 << 32) % span
+
+    def words(count):
+        return rng.integers(0, 1 << 32, size=count, dtype=np.uint32)
+
+    w = words(n * D)
+    while True:
+        prod = w.reshape(n, D) * span                   # uint32 x uint64 -> uint64: no overflow
+        bad = np.flatnonzero((prod & np.uint64(0xFFFFFFFF)) < reject_below)
+        if not bad.size:
+            break
+        p = bad[0]
+        w = np.concatenate([w[:p], w[p + 1:], words(1)])
+    vals = iter(np.ascontiguousarray((prod >> np.uint64(32)).astype(np.int32).T))    # one column per draw
+
+    def floyd(js):
+        picks = []
+        for j in js:
+            v = next(vals).copy() if j else np.zeros(n, np.int32)
+            dup = np.zeros(n, bool)
+            for p in picks:
+                dup |= p == v
+            v[dup] = j
+            picks.append(v)
+        return picks
+
+    groups = np.stack(floyd(g_floyd), axis=1)
+    r = np.arange(n)
+    for i in g_shuffle:
+        j = next(vals)
+        t = groups[r, j]
+        groups[r, j] = groups[:, i]
+        groups[:, i] = t
+    picks = np.stack(floyd(e_floyd), axis=1)           # candidate indices: block q of per experts is groups[:, q]
+    ids = np.take_along_axis(groups, picks // per, axis=1) * per + picks % per
+    cols = list(ids.T.astype(_id_dtype(spec)))
+    for rnd in range(k):                                # odd-even transposition sort of each row (k columns)
+        for a in range(rnd % 2, k - 1, 2):
+            lo = np.minimum(cols[a], cols[a + 1])
+            cols[a + 1] = np.maximum(cols[a], cols[a + 1])
+            cols[a] = lo
+    return np.stack(cols, axis=1)
 
 
 # ---------------------------------------------------------------- per-kernel flops and bytes
@@ -235,8 +321,15 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
         return 0 if dp == 1 else 1 + r // tp
 
     moe_layers = sorted({op.layer for op in graph if op.op == "experts_gate_up"})
-    routing = {L: route(spec, L, dp * b_local, plan.seed) for L in moe_layers}
-    ep_info = {L: _ep_layout(spec, plan, routing[L], b_local) for L in moe_layers} if plan.ep > 1 else {}
+    # what the experts of each MoE layer receive, one layer's routing at a time (a large step routes ~1M tokens)
+    ep_info, tp_moe = {}, {}
+    for L in moe_layers:
+        if plan.ep > 1:
+            ep_info[L] = _ep_layout(spec, plan, _routed(spec, L, dp * b_local, plan.seed), b_local)
+        else:
+            rt = _routed(spec, L, plan.batch, plan.seed)
+            tp_moe[L] = dict(pairs=rt.size, active=len(np.unique(rt)), ep=1)
+    moe_set = set(moe_layers)
     shape_cache: dict = {}
 
     kernel_count = [0]   # kernels launched per step on rank 0 (split-K reduces and split-KV combines included)
@@ -277,7 +370,7 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
         prev = None
         g_tp = tp_group(r)
         for op in graph:
-            in_moe = op.layer in routing and op.name.startswith(("moe_", "experts_", "shared_"))
+            in_moe = op.layer in moe_set and op.name.startswith(("moe_", "experts_", "shared_"))
             ep_mode = plan.ep > 1 and in_moe
             b = ep_info[op.layer]["slots"] if ep_mode else b_local
             t_shard = 1 if (ep_mode and op.style in ("colwise", "rowwise")) else tp
@@ -287,8 +380,7 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
                     info = ep_info[op.layer]
                     moe = dict(pairs=int(info["pairs"][r]), active=int(info["active"][r]), ep=plan.ep)
                 else:
-                    rt = routing[op.layer][:plan.batch]
-                    moe = dict(pairs=rt.size, active=len(np.unique(rt)), ep=1)
+                    moe = tp_moe[op.layer]
             if eager:
                 flops = nbytes = dtype = None
             else:
@@ -382,24 +474,24 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
 
 
 def _ep_layout(spec: ModelSpec, plan: Plan, routing: np.ndarray, b_local: int) -> dict:
-    """Which rank sends which token where, for one MoE layer under expert parallelism."""
+    """Which rank sends which token where, for one MoE layer under expert parallelism: attention group d's tokens
+    are routing rows [d b_local, (d+1) b_local); TP rank j of the group sends slot j (tokens [j s, (j+1) s), s =
+    ceil(b_local / tp)) once to every rank that owns one of a token's experts."""
     n, tp = plan.n_ranks, plan.tp
     per_rank = spec.n_experts // n
     slots = -(-b_local // tp)
-    sent = np.zeros((n, n), np.int64)
-    pairs = np.zeros(n, np.int64)
-    active = [set() for _ in range(n)]
-    for r in range(n):
-        d, j = divmod(r, tp)
-        for tok in range(j * slots, min((j + 1) * slots, b_local)):
-            experts = routing[d * b_local + tok]
-            owners = experts // per_rank
-            for dst in np.unique(owners):
-                sent[r, dst] += 1
-            for e, o in zip(experts, owners):
-                pairs[o] += 1
-                active[o].add(int(e))
+    rows = np.asarray(routing[:plan.dp * b_local], np.int64)
+    tok = np.arange(len(rows))
+    src = tok // b_local * tp + tok % b_local // slots
+    owners = rows // per_rank
+    first = np.ones(owners.shape, bool)        # a token goes to each owning rank once
+    for c in range(1, owners.shape[1]):
+        for p in range(c):
+            first[:, c] &= owners[:, p] != owners[:, c]
+    sent = np.bincount((src[:, None] * n + owners)[first], minlength=n * n).reshape(n, n)
+    pairs = np.bincount(owners.ravel(), minlength=n)
+    active = (np.bincount(rows.ravel(), minlength=spec.n_experts) > 0).reshape(n, per_rank).sum(1)
     tok_dispatch = spec.hidden + (math.ceil(spec.hidden / 128) * 4 if plan.dispatch_dtype == "fp8" else spec.hidden)
-    chunk = int(sent.max()) if sent.size else 0
-    return dict(slots=slots, pairs=pairs, active=np.array([len(a) for a in active]),
+    chunk = int(sent.max())
+    return dict(slots=slots, pairs=pairs, active=active,
                 dispatch_bytes=chunk * tok_dispatch, combine_bytes=chunk * spec.hidden * ACT, sent=sent)
