@@ -5,10 +5,3 @@ __version__ = "0.1.0"   # the one place the version is written (pyproject.toml r
 DISTRIBUTION = "scaleup-fabric"   # the name on PyPI; the import package stays `fabric`
 __all__ = ["ConfigError", "FabricError", "RoutingError", "SimulationError", "TraceError", "DISTRIBUTION", "__version__"]
 
-
-def __getattr__(name: str):
-    # fabric.serve(...) without importing fabric.serve first (the package is callable: fabric/serve/__init__.py)
-    if name == "serve":
-        import fabric.serve
-        return fabric.serve
-    raise AttributeError(f"module 'fabric' has no attribute {name!r}")

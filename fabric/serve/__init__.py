@@ -110,7 +110,8 @@ def serve(*, model: str | None = None, hf_config: str | None = None, preset: str
 
 
 class _CallableModule(types.ModuleType):
-    """`fabric.serve(...)` is serve(...): the package is the API's entry point and the home of its parts."""
+    """`fabric.serve(...)` is serve(...) once `import fabric.serve` ran: the package is the API's entry point and the
+    home of its parts (fabric/__init__.py does not import it: the root package stays below every layer)."""
 
     def __call__(self, **kwargs) -> dict:
         return serve(**kwargs)

@@ -57,19 +57,13 @@ class Point:
 
 
 def fabric_bytes(graph) -> tuple:
-    """Bytes the step's transfers carry, by CLASSES."""
+    """Bytes the step's transfers carry, by CLASSES (fabric.report.collective_bytes, and what no collective moves)."""
+    from fabric.report import collective_bytes
     from fabric.taskgraph import TRANSFER
-    out = np.zeros(len(CLASSES))
-    mask = graph.kind == TRANSFER
-    if not mask.any():
-        return tuple(out)
-    coll = graph.coll[mask]
-    nbytes = graph.nbytes[mask].astype(np.float64)
-    out[2] += nbytes[coll < 0].sum()
-    if graph.coll_meta:
-        per = np.bincount(coll[coll >= 0], weights=nbytes[coll >= 0], minlength=len(graph.coll_meta))
-        for i, m in enumerate(graph.coll_meta):
-            out[_CLASS_OF.get(m.kind, 2)] += per[i]
+    out = [0, 0, 0]
+    for kind, nbytes in collective_bytes(graph).items():
+        out[_CLASS_OF.get(kind, 2)] += nbytes
+    out[2] += int(graph.nbytes[(graph.kind == TRANSFER) & (graph.coll < 0)].sum())
     return tuple(float(x) for x in out)
 
 
