@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-import fabric
+import fabric.serve
 from fabric.cli.sweep import main as sweep_cli
 from fabric.errors import ConfigError
 from fabric.tools import sweep as S
