@@ -45,9 +45,17 @@ def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, 
             context: int = 4096, chip: str | ChipProfile = "sd200-accelerator", engine: str = "analytic",
             weight_dtype: str = "bf16", dispatch_dtype: str = "fp8", seed: int = 0,
             allow_oversubscribe: bool = True, cost_model: str | None = None, launch: str | None = None,
-            runtime: str = "fused", replicas: int = 1):
+            runtime: str = "fused", replicas: int = 1, prefill_tokens: int = 0, prefill_context: float = 0,
+            prefill_kv_tokens: int = 0, prefill_seqs: int = 1):
     """One decode step as a Trace (`replicas` > 1: that many independent data-parallel copies of the (tp, ep)
-    deployment side by side, each with `batch` sequences; fabric.trace.replicate).
+    deployment side by side, each with `batch` sequences; fabric.trace.replicate), or with prefill_tokens > 0 one
+    mixed serving step: decode tokens and chunked-prefill tokens in one forward pass.
+
+    prefill_tokens       prompt tokens in the step, per attention group (dp = n_ranks / tp groups, each with
+                         ceil(batch / dp) >= 1 decode tokens)
+    prefill_context      mean keys a prompt token attends to (its sequence's prefix + its place in the chunk)
+    prefill_kv_tokens    KV tokens the prefill attention reads per group (each prompt sequence's prefix + chunk)
+    prefill_seqs         prompt sequences in the step per group (1: one chunk); the LM head runs on their last tokens
 
     allow_oversubscribe  False: raise ConfigError when a rank's weights + KV cache + activations + workspace +
                          runtime reserve exceed the chip's memory (fabric.capture.memory). The library default
@@ -69,7 +77,9 @@ def capture(model: str | None = None, hf_config: str | None = None, *, tp: int, 
     name, cfg = resolve_model(model, hf_config)
     spec = spec_from_config(cfg, name, generic=engine == "torch" and runtime == "eager")
     plan = Plan(tp=tp, ep=ep, batch=batch, context=context, weight_dtype=weight_dtype,
-                dispatch_dtype=dispatch_dtype, seed=seed, cost_model=cost_model, launch=launch, runtime=runtime)
+                dispatch_dtype=dispatch_dtype, seed=seed, cost_model=cost_model, launch=launch, runtime=runtime,
+                prefill_tokens=prefill_tokens, prefill_context=prefill_context, prefill_kv_tokens=prefill_kv_tokens,
+                prefill_seqs=prefill_seqs)
     plan.check(spec)
     if not allow_oversubscribe:
         from fabric.capture.memory import check_fits, memory_plan

@@ -22,6 +22,13 @@ Op types and their dims (all unsharded, per token unless said otherwise):
   experts_act     topk, inter
   experts_down    experts, topk, hidden, inter
   moe_combine     topk, hidden, shared                     weighted sum of routed outputs (+ shared expert output)
+
+A mixed serving step (fabric.capture.plan.Plan's prefill_* fields) adds the prefill attention of its prompt tokens
+after each layer's decode attention (prefill_ops; dims per step, not per token):
+  mla_kv_up             heads, kv_lora, nope, v_dim        kv_b_proj over the cached latents the prompts attend to
+  mla_prefill_attention heads, nope, rope, v_dim, ctx, kv, seqs    multi-head (non-absorbed) attention of the prompt
+  gqa_prefill_attention heads, kv_heads, head_dim, ctx, kv, seqs   tokens: ctx mean keys per token, kv KV tokens read,
+                                                                   over seqs sequences
 """
 from __future__ import annotations
 
@@ -104,6 +111,22 @@ def attention_ops(spec: ModelSpec, i: int, ctx: int) -> list[LogicalOp]:
     out.append(LogicalOp(i, "post_norm", "norm", f"{p}.post_attention_layernorm", "replicated",
                          dict(width=h, n=1, add=1)))
     return out
+
+
+def prefill_ops(spec: ModelSpec, i: int, ctx: float, kv: int, seqs: int) -> list[LogicalOp]:
+    """Layer i's prefill attention in a mixed step, as a serving engine runs it for prompt chunks (FlashAttention,
+    compute-bound): MLA without weight absorption, the cached latents of the keys read expanded by kv_b_proj into
+    per-head keys and values first; GQA over the cached k/v."""
+    a = f"model.layers.{i}.self_attn"
+    if spec.family == "mla_moe":
+        return [LogicalOp(i, "prefill_kv_up", "mla_kv_up", f"{a}.kv_b_proj", "heads",
+                          dict(heads=spec.heads, kv_lora=spec.kv_lora, nope=spec.nope, v_dim=spec.v_dim)),
+                LogicalOp(i, "prefill_attention", "mla_prefill_attention", a, "heads",
+                          dict(heads=spec.heads, nope=spec.nope, rope=spec.rope, v_dim=spec.v_dim, ctx=ctx, kv=kv,
+                               seqs=seqs))]
+    return [LogicalOp(i, "prefill_attention", "gqa_prefill_attention", a, "heads",
+                      dict(heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim, ctx=ctx, kv=kv,
+                           seqs=seqs))]
 
 
 def dense_mlp_ops(spec: ModelSpec, i: int) -> list[LogicalOp]:

@@ -27,7 +27,8 @@ Kernel shapes:
              larger M as a tiled GEMM (gemm_tile_m x gemm_tile_n). Few output tiles and a long K: split-K into S
              slices (enough CTAs for one wave, each slice >= splitk_min_k) and a reduce kernel over S fp32 partials.
   attention  decode attention over L cached tokens (flash-decoding / split-KV): one CTA per (sequence, KV group,
-             KV split); a combine kernel merges the splits.
+             KV split); a combine kernel merges the splits. Prefill attention (a mixed step's prompt tokens,
+             FlashAttention): one CTA per (query tile, head), each over the keys its tokens attend to.
   rows       one CTA per row (RMSNorm, softmax, top-k, embedding gather).
   elementwise elem_per_cta elements per CTA (activations, RoPE, residual add, copy / cat).
 """
@@ -212,6 +213,21 @@ def attention_parts(chip, kp: KernelParams, seqs: int, groups: int, heads_per_gr
                 flops=2.0 * units * hq * ctx * (dk + dv), bytes=total, beta=kp.gemm_sm_gbps)
 
 
+def prefill_attention_parts(chip, kp: KernelParams, tokens: int, seqs: int, heads: int, ctx: float,
+                            cta_row_bytes: float, kv_bytes: float, dk: int, dv: int) -> dict:
+    """Prefill attention (FlashAttention forward) of `tokens` prompt tokens in `seqs` sequences: one CTA per (query
+    tile of gemm_tile_m tokens of one sequence, head), streaming the `ctx` keys its tokens attend to on average
+    (causal), `cta_row_bytes` per key; HBM serves each sequence's KV (`kv_bytes` in all) once, the other tiles and
+    heads hit L2. Compute-bound at any useful size: no KV split, no combine."""
+    tile_m = kp.gemm_tile_m
+    ctas = seqs * math.ceil(tokens / seqs / tile_m) * heads
+    b = ctx * cta_row_bytes + tile_m * dk * ACT
+    total = kv_bytes + tokens * heads * (dk + dv) * ACT
+    return dict(kind="attention", path="flash-prefill", tile=(tile_m, kp.attn_block_n), tiles=ctas, split=1,
+                ctas=ctas, b=b, total=total, flops_cta=2.0 * tile_m * ctx * (dk + dv), dtype="bf16", latency=True,
+                extra=[], flops=2.0 * tokens * heads * ctx * (dk + dv), bytes=total, beta=kp.gemm_sm_gbps)
+
+
 def _rows_parts(kp: KernelParams, rows: int, nbytes: float, flops: float) -> dict:
     rows = max(1, int(rows))
     return dict(kind="rows", path="row-per-cta", tile=None, tiles=rows, split=1, ctas=rows, b=nbytes / rows,
@@ -361,6 +377,19 @@ def logical_op_time(chip, op, t_shard: int, b: int, wdtype: str, moe: dict | Non
         hl, kv = d["heads"] // t_shard, sh(d["kv_heads"])
         parts = attention_parts(chip, kp, b, kv, max(1, hl // kv), d["ctx"], 2 * d["head_dim"] * ACT,
                                 d["head_dim"], d["head_dim"], fused)
+    elif o == "mla_kv_up":          # b: the KV tokens the prefill attention reads
+        parts = matrix_parts(chip, kp, 1, b, d["kv_lora"], d["heads"] // t_shard * (d["nope"] + d["v_dim"]), w, cd,
+                             fused)
+    elif o == "mla_prefill_attention":     # per-head keys (nope + the shared rope) and values, after mla_kv_up
+        hl = d["heads"] // t_shard
+        parts = prefill_attention_parts(chip, kp, b, d["seqs"], hl, d["ctx"],
+                                        (d["nope"] + d["rope"] + d["v_dim"]) * ACT,
+                                        d["kv"] * (hl * (d["nope"] + d["v_dim"]) + d["rope"]) * ACT,
+                                        d["nope"] + d["rope"], d["v_dim"])
+    elif o == "gqa_prefill_attention":
+        hl, kv, hd = d["heads"] // t_shard, sh(d["kv_heads"]), d["head_dim"]
+        parts = prefill_attention_parts(chip, kp, b, d["seqs"], hl, d["ctx"], 2 * hd * ACT,
+                                        d["kv"] * kv * 2 * hd * ACT, hd, hd)
     elif o in ("experts_gate_up", "experts_down"):
         pairs, active, ep = moe["pairs"], moe["active"], moe["ep"]
         inter = d["inter"] if ep > 1 else sh(d["inter"])

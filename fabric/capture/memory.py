@@ -9,11 +9,13 @@ Counted per rank, with the sharding of fabric.capture.plan (the same rules kerne
   output channel; int4: one bf16 per group of 128 inputs, as GPTQ/AWQ with group size 128); the embedding and the
   norm weights stay BF16. Replicated modules (MLA's fused q_a/kv_a projection, the router, shared experts under
   expert parallelism) count in full on every rank.
-- KV cache: (context + 1) tokens for each of the rank's sequences (ceil(batch / dp)), every layer, BF16. MLA keeps
-  one latent of kv_lora + rope values per token, replicated on every TP rank (every head reads it); GQA keeps k and v
-  of the rank's ceil(kv_heads / tp) heads.
-- activations: the residual stream, the largest input + output pair of any op and the fp32 logits of the rank's
-  vocab slice (small at decode).
+- KV cache: (context + 1) tokens for each of the rank's decode sequences (ceil(batch / dp)), plus a mixed step's
+  prefill_kv_tokens (its prompt sequences' prefixes and chunks), every layer, BF16. MLA keeps one latent of kv_lora +
+  rope values per token, replicated on every TP rank (every head reads it); GQA keeps k and v of the rank's
+  ceil(kv_heads / tp) heads.
+- activations: the residual stream of the step's tokens (decode + prefill), the largest input + output pair of any
+  op at the tokens it runs on (fabric.capture.plan.op_tokens; in a mixed step MLA's per-head keys and values of the
+  prompts' KV tokens), and the fp32 logits of the rank's vocab slice (small at decode).
 - workspace: split-K partial sums and split-KV partial outputs of the shape-aware model (fabric.capture.kernels),
   when the chip profile has one.
 - reserved: the chip profile's [memory] reserved_gib (CUDA context, library workspaces, communication and graph
@@ -25,7 +27,7 @@ import math
 
 from fabric.capture.graph import analytic_graph
 from fabric.capture.kernels import ACT, WEIGHT_BYTES, linear_dims, matrix_parts
-from fabric.capture.plan import WEIGHT_DTYPES
+from fabric.capture.plan import WEIGHT_DTYPES, op_tokens, with_prefill
 from fabric.errors import ConfigError
 
 GIB = float(1 << 30)
@@ -73,26 +75,32 @@ def _matrices(op, plan, spec) -> list[tuple[int, int, int]]:
 
 def memory_plan(spec, plan, chip, graph=None) -> dict:
     """Per-rank memory of `plan` (a fabric.capture.Plan) for `spec` on `chip`; sizes in GiB."""
-    graph = graph if graph is not None else analytic_graph(spec, plan.context)
+    graph = with_prefill(graph if graph is not None else analytic_graph(spec, plan.context), spec, plan)
     wd = plan.weight_dtype
     if wd not in WEIGHT_BYTES:
         raise ConfigError(f"weight dtype {wd!r} is not supported; use one of {', '.join(WEIGHT_DTYPES)}")
-    tp, dp = plan.tp, plan.dp
-    b = -(-plan.batch // dp)
+    tp = plan.tp
+    b = plan.b_local
+    logit_rows = b
     quant = bf16 = scales = 0.0
     act_peak = 0.0
     workspace = 0.0
     kp = getattr(chip, "kernels", None)
     for op in graph:
         d = op.dims
+        t = op_tokens(plan, op)
         for count, k, n in _matrices(op, plan, spec):
             quant += count * k * n * WEIGHT_BYTES[wd]
             scales += _scale_bytes(wd, k, n, count)
-            act_peak = max(act_peak, b * (k + n) * ACT * (1 if op.op.startswith("experts_") else count))
+            act_peak = max(act_peak, t * (k + n) * ACT * (1 if op.op.startswith("experts_") else count))
             if kp is not None:
-                parts = matrix_parts(chip, kp, count, b, k, n, WEIGHT_BYTES[wd], "bf16")
+                parts = matrix_parts(chip, kp, count, t, k, n, WEIGHT_BYTES[wd], "bf16")
                 if parts["split"] > 1:
-                    workspace = max(workspace, parts["split"] * count * b * n * 4.0)
+                    workspace = max(workspace, parts["split"] * count * t * n * 4.0)
+        if op.op == "linear" and op.style == "vocab":
+            logit_rows = t
+        elif op.op == "mla_kv_up":      # kv_b_proj's weight is w_uk's and w_uv's: only its output is new
+            act_peak = max(act_peak, t * (d["kv_lora"] + d["heads"] // tp * (d["nope"] + d["v_dim"])) * ACT)
         if op.op == "embedding":
             bf16 += -(-d["vocab"] // tp) * d["hidden"] * ACT
         elif op.op == "norm":
@@ -105,14 +113,14 @@ def memory_plan(spec, plan, chip, graph=None) -> dict:
             dv = d["kv_lora"] if op.op == "mla_attention" else d["head_dim"]
             if splits > 1:
                 workspace = max(workspace, units * splits * max(1, hl // groups) * (dv + 1) * 4.0)
-    tokens = (plan.context + 1) * b
+    tokens = (plan.context + 1) * b + plan.prefill_kv_tokens
     if spec.family == "mla_moe":
         kv_per_token = spec.layers * (spec.kv_lora + spec.rope) * ACT
     else:
         kv_per_token = spec.layers * 2 * -(-spec.kv_heads // tp) * spec.head_dim * ACT
     kv = tokens * kv_per_token
     vocab_local = -(-spec.vocab // tp)
-    activations = 2 * b * spec.hidden * ACT + act_peak + b * vocab_local * 4
+    activations = 2 * (b + plan.prefill_tokens) * spec.hidden * ACT + act_peak + logit_rows * vocab_local * 4
     weights = quant + scales + bf16
     reserved = float(getattr(chip, "reserved_gib", 0.0))
     total = (weights + kv + activations + workspace) / GIB + reserved

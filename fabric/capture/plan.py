@@ -12,6 +12,13 @@ Plan (tp, ep) over n_ranks = max(tp, ep) ranks:
   that owns one of its experts (all-to-all), runs its local experts as a grouped GEMM, combines the outputs back
   (all-to-all), adds the shared expert (replicated on every rank) and all-gathers the slices over the TP group.
 
+Mixed serving steps (Plan.prefill_tokens > 0; docs/compute-model.md §Mixed steps): each attention group runs its
+ceil(batch / dp) decode tokens and prefill_tokens prompt tokens in one forward pass, as vLLM / SGLang batch chunked
+prefill. Token-linear ops (norms, GEMMs, activations, router, top-k, experts, embedding) and the collectives after
+them cover all of the step's tokens, and MoE routing dp x that many; the decode attention (and MLA's weight
+absorption around it) the decode tokens; a prefill attention after it the prompt tokens; the LM head the decode
+tokens and the last token of each prompt sequence (with_prefill, op_tokens).
+
 Kernel durations: the chip profile's roofline model (ChipProfile.kernel_time_ns) by default, or with
 Plan(cost_model="shape") the shape-aware model of fabric.capture.kernels (docs/compute-model.md).
 Plan(runtime="eager") expands every logical op into a plain framework's kernels (fabric.capture.runtime), one row
@@ -31,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabric.capture.chips import DTYPE_BYTES, ChipProfile
-from fabric.capture.graph import LogicalOp
+from fabric.capture.graph import LogicalOp, prefill_ops
 from fabric.capture.kernels import COMPUTE_DTYPE, LAUNCH_MODES, logical_op_time
 from fabric.capture.runtime import check_runtime, cost_kernels, eager_kernels, host_timeline
 from fabric.capture.spec import ModelSpec
@@ -42,6 +49,8 @@ from fabric.trace import (COLL_ALLGATHER, COLL_ALLREDUCE, COLL_ALLTOALL, KIND_CO
 ACT = 2  # activations and KV cache are BF16
 WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
 COST_MODELS = ("roofline", "shape")
+MAX_STEP_TOKENS = 65536   # tokens (decode + prefill) one attention group processes in one step
+MAX_CONTEXT = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,12 @@ class Plan:
     #                               eager runtime: eager)
     runtime: str = "fused"        # fused: a serving engine's kernels (one per logical op); eager: one kernel per
     #                               framework op (fabric.capture.runtime)
+    # chunked prefill in the same step (module docstring), per attention group, next to its ceil(batch / dp) decode
+    # tokens; all 0: a decode step
+    prefill_tokens: int = 0       # prompt tokens the step processes
+    prefill_context: float = 0    # mean keys a prompt token attends to: its sequence's prefix + its place in the chunk
+    prefill_kv_tokens: int = 0    # KV tokens the prefill attention reads: each prompt sequence's prefix + chunk, summed
+    prefill_seqs: int = 1         # sequences the prompt tokens belong to (the LM head runs on each one's last token)
 
     @property
     def n_ranks(self) -> int:
@@ -67,13 +82,27 @@ class Plan:
     def dp(self) -> int:
         return self.n_ranks // self.tp
 
+    @property
+    def b_local(self) -> int:
+        """Decode tokens of each attention group (the batch padded to a multiple of dp)."""
+        return -(-self.batch // self.dp)
+
     def check(self, spec: ModelSpec) -> None:
-        for k in ("tp", "ep", "batch"):
+        for k in ("tp", "ep"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1 or v > 4096:
                 raise ConfigError(f"--{k}={v!r} must be an integer in [1, 4096]")
-        if not isinstance(self.context, int) or self.context < 0 or self.context > 10_000_000:
-            raise ConfigError(f"--context={self.context!r} must be an integer in [0, 10000000]")
+        if not isinstance(self.batch, int) or self.batch < 1:
+            raise ConfigError(f"--batch={self.batch!r} must be a positive integer")
+        for k in ("prefill_tokens", "prefill_kv_tokens", "prefill_seqs"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 0:
+                raise ConfigError(f"{k}={v!r} must be a non-negative integer")
+        c = self.prefill_context
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0:
+            raise ConfigError(f"prefill_context={c!r} must be a non-negative number (mean keys per prompt token)")
+        if not isinstance(self.context, int) or self.context < 0 or self.context > MAX_CONTEXT:
+            raise ConfigError(f"--context={self.context!r} must be an integer in [0, {MAX_CONTEXT}]")
         if self.ep > 1 and self.ep % self.tp:
             raise ConfigError(f"--ep={self.ep} must be a multiple of --tp={self.tp} (the plan puts tp-way attention "
                               f"groups inside one ep-way expert-parallel group)")
@@ -99,6 +128,32 @@ class Plan:
         if self.runtime == "eager" and self.cost_model != "shape":
             raise ConfigError("the eager runtime is costed by the shape-aware model: use --cost-model shape (the "
                               "roofline model has no per-kernel launch modes or split-K reduce kernels)")
+        self._check_tokens()
+
+    def _check_tokens(self) -> None:
+        T, K, C, S = self.prefill_tokens, self.prefill_kv_tokens, self.prefill_context, self.prefill_seqs
+        step = self.b_local + T
+        if step > MAX_STEP_TOKENS:
+            raise ConfigError(f"{step} tokens per step in each attention group ({self.b_local} decode + {T} prefill) "
+                              f"exceed {MAX_STEP_TOKENS}: use a smaller batch or prefill chunk, or more attention "
+                              f"groups (--ep / --tp)")
+        if not T:
+            if K or C:
+                raise ConfigError(f"prefill_kv_tokens={K} / prefill_context={C} describe prefill tokens: give "
+                                  f"prefill_tokens > 0 or leave them 0")
+            return
+        if self.runtime != "fused":
+            raise ConfigError("prefill tokens are costed for the fused runtime only (the eager template is a decode "
+                              "step): use --runtime fused")
+        if not 1 <= S <= T:
+            raise ConfigError(f"prefill_seqs={S} must be in [1, prefill_tokens={T}]: each prompt sequence brings "
+                              f"at least one token")
+        if K < T or K > S * MAX_CONTEXT:
+            raise ConfigError(f"prefill_kv_tokens={K} must be in [prefill_tokens={T}, {MAX_CONTEXT} x prefill_seqs]: "
+                              f"the prompt sequences' prefixes + chunks, each chunk's own keys included")
+        if not 1 <= C <= K:
+            raise ConfigError(f"prefill_context={C} must be in [1, prefill_kv_tokens={K}]: the mean keys a prompt "
+                              f"token attends to (its prefix + its place in the chunk)")
 
 
 # ---------------------------------------------------------------- routing oracle
@@ -170,26 +225,27 @@ def _draw_block(spec: ModelSpec, rng: np.random.Generator, n: int) -> np.ndarray
     e_floyd, e_shuffle = range(m - k, m), range(k - 1, 0, -1)
     bounds = [j for j in g_floyd if j] + list(g_shuffle) + [j for j in e_floyd if j] + list(e_shuffle)
     D = len(bounds)
-    span = np.array(bounds, np.uint64) + 1
-    reject_below = np.uint64(1 << 32) % span
+    span = np.array(bounds, np.uint32) + 1
+    reject_below = (np.uint64(1 << 32) % span).astype(np.uint32)
 
     def words(count):
         return rng.integers(0, 1 << 32, size=count, dtype=np.uint32)
 
     w = words(n * D)
     while True:
-        prod = w.reshape(n, D) * span                   # uint32 x uint64 -> uint64: no overflow
-        bad = np.flatnonzero((prod & np.uint64(0xFFFFFFFF)) < reject_below)
+        W = w.reshape(n, D)
+        bad = np.flatnonzero(W * span < reject_below)      # uint32 arithmetic: (w * (j+1)) mod 2^32
         if not bad.size:
             break
-        p = bad[0]
-        w = np.concatenate([w[:p], w[p + 1:], words(1)])
-    vals = iter(np.ascontiguousarray((prod >> np.uint64(32)).astype(np.int32).T))    # one column per draw
+        w = np.concatenate([w[:bad[0]], w[bad[0] + 1:], words(1)])
+    used = D - len(e_shuffle)
+    # floor(w * (j+1) / 2^32), exact in float64 (w * (j+1) < 2^53); one contiguous row of values per draw
+    vals = iter((W[:, :used] * (span[:used] / 2.0 ** 32)).T.astype(np.int32, order="C"))
 
     def floyd(js):
         picks = []
         for j in js:
-            v = next(vals).copy() if j else np.zeros(n, np.int32)
+            v = next(vals) if j else np.zeros(n, np.int32)
             dup = np.zeros(n, bool)
             for p in picks:
                 dup |= p == v
@@ -266,6 +322,16 @@ def kernel_cost(op: LogicalOp, tp: int, b: int, wbytes: int, moe: dict | None = 
     if op.op == "gqa_attention":
         hl, kv, hd, L = d["heads"] // tp, _shard(d["kv_heads"], tp), d["head_dim"], d["ctx"]
         return 4.0 * b * hl * L * hd, b * L * kv * hd * 2 * ACT + 2 * b * hl * hd * ACT
+    if op.op == "mla_kv_up":            # b: the KV tokens the prefill attention reads
+        i, o = d["kv_lora"], d["heads"] // tp * (d["nope"] + d["v_dim"])
+        return 2.0 * b * i * o, i * o * wbytes + b * (i + o) * ACT
+    if op.op == "mla_prefill_attention":    # b prompt tokens x ctx keys; k = (nope, shared rope), v per head
+        hl, dk, dv = d["heads"] // tp, d["nope"] + d["rope"], d["v_dim"]
+        kv_row = hl * (d["nope"] + dv) + d["rope"]
+        return 2.0 * b * hl * d["ctx"] * (dk + dv), (d["kv"] * kv_row + b * hl * (dk + dv)) * ACT
+    if op.op == "gqa_prefill_attention":
+        hl, kv, hd = d["heads"] // tp, _shard(d["kv_heads"], tp), d["head_dim"]
+        return 4.0 * b * hl * d["ctx"] * hd, (d["kv"] * kv * hd * 2 + 2 * b * hl * hd) * ACT
     if op.op == "embedding":
         return 0.0, 2 * b * d["hidden"] * ACT + b * 8
     if op.op == "router":
@@ -284,6 +350,40 @@ def kernel_cost(op: LogicalOp, tp: int, b: int, wbytes: int, moe: dict | None = 
         return float(b * d["hidden"] * (d["topk"] + d["shared"])), \
             b * d["hidden"] * (d["topk"] + d["shared"] + 1) * ACT + b * d["topk"] * 4
     raise ConfigError(f"unknown logical op type {op.op!r} ({op.name})")
+
+
+# ---------------------------------------------------------------- mixed steps: which ops see which tokens
+
+DECODE_ATTENTION = ("mla_absorb_k", "mla_attention", "mla_absorb_v", "gqa_attention")
+
+
+def with_prefill(graph: list[LogicalOp], spec: ModelSpec, plan: Plan) -> list[LogicalOp]:
+    """The step's graph: with prompt tokens, each layer's prefill attention after its decode attention, on the same
+    stream (a serving engine runs the two attention kernels of a mixed batch one after the other)."""
+    if not plan.prefill_tokens:
+        return graph
+    out = []
+    for op in graph:
+        out.append(op)
+        if op.op in ("mla_absorb_v", "gqa_attention"):
+            out += prefill_ops(spec, op.layer, plan.prefill_context, plan.prefill_kv_tokens, plan.prefill_seqs)
+    return out
+
+
+def op_tokens(plan: Plan, op: LogicalOp) -> int:
+    """Token rows a rank of an attention group runs `op` on (before expert-parallel slots): the decode attention
+    (and MLA's weight absorption around it) the group's decode tokens; the prefill attention its prompt tokens;
+    MLA's latent up-projection the KV tokens the prompts read; the LM head the decode tokens and the last token of
+    each prompt sequence (a serving engine computes logits only there); every other op every token of the step."""
+    if op.op in DECODE_ATTENTION:
+        return plan.b_local
+    if op.op in ("mla_prefill_attention", "gqa_prefill_attention"):
+        return plan.prefill_tokens
+    if op.op == "mla_kv_up":
+        return plan.prefill_kv_tokens
+    if op.op == "linear" and op.style == "vocab":
+        return plan.b_local + (plan.prefill_seqs if plan.prefill_tokens else 0)
+    return plan.b_local + plan.prefill_tokens
 
 
 # ---------------------------------------------------------------- lowering
@@ -310,9 +410,11 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
     parallelism ranks 1.. are rank 0's table with their own experts' costs and tp group (rank_table: 256 ranks
     4.0 -> 1.1 s); each_rank_built=True builds every rank op by op instead, the reference the tests compare with."""
     plan.check(spec)
+    graph = with_prefill(graph, spec, plan)
     n, tp, dp = plan.n_ranks, plan.tp, plan.dp
     wbytes = DTYPE_BYTES[plan.weight_dtype]
-    b_local = -(-plan.batch // dp)
+    b_local = plan.b_local
+    n_tok = b_local + plan.prefill_tokens      # tokens each attention group routes through every MoE layer
     groups = [list(range(n))]
     if dp > 1:
         groups += [list(range(d * tp, (d + 1) * tp)) for d in range(dp)]
@@ -325,9 +427,9 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
     ep_info, tp_moe = {}, {}
     for L in moe_layers:
         if plan.ep > 1:
-            ep_info[L] = _ep_layout(spec, plan, _routed(spec, L, dp * b_local, plan.seed), b_local)
+            ep_info[L] = _ep_layout(spec, plan, _routed(spec, L, dp * n_tok, plan.seed), n_tok)
         else:
-            rt = _routed(spec, L, plan.batch, plan.seed)
+            rt = _routed(spec, L, n_tok, plan.seed)
             tp_moe[L] = dict(pairs=rt.size, active=len(np.unique(rt)), ep=1)
     moe_set = set(moe_layers)
     shape_cache: dict = {}
@@ -372,7 +474,7 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
         for op in graph:
             in_moe = op.layer in moe_set and op.name.startswith(("moe_", "experts_", "shared_"))
             ep_mode = plan.ep > 1 and in_moe
-            b = ep_info[op.layer]["slots"] if ep_mode else b_local
+            b = ep_info[op.layer]["slots"] if ep_mode else op_tokens(plan, op)
             t_shard = 1 if (ep_mode and op.style in ("colwise", "rowwise")) else tp
             moe = None
             if op.op.startswith("experts_"):
@@ -387,7 +489,7 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
                 flops, nbytes = kernel_cost(op, t_shard, b, wbytes, moe)
                 dtype = COMPUTE_DTYPE[plan.weight_dtype] if op.op in (
                     "linear", "qkv_linear", "router", "experts_gate_up", "experts_down", "mla_absorb_k",
-                    "mla_absorb_v") else "bf16"
+                    "mla_absorb_v", "mla_kv_up") else "bf16"
             deps = [prev] if (op.after is None or eager) else [out.get((op.layer, a)) for a in op.after]
             stream = 0 if eager else op.stream          # an eager framework issues every kernel on one stream
             if ep_mode and op.name == "experts_gate_up":
@@ -464,6 +566,9 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
     meta = dict(meta)
     plan_meta = dict(tp=plan.tp, ep=plan.ep, dp=dp, n_ranks=n, weight_dtype=plan.weight_dtype,
                      dispatch_dtype=plan.dispatch_dtype, routing_seed=plan.seed, batch_per_replica=b_local)
+    if plan.prefill_tokens:        # a decode step's metadata stays as it always was
+        plan_meta.update(prefill_tokens=plan.prefill_tokens, prefill_context=plan.prefill_context,
+                         prefill_kv_tokens=plan.prefill_kv_tokens, prefill_seqs=plan.prefill_seqs)
     if plan.cost_model != "roofline" or eager:   # the default model leaves the metadata as it always was
         plan_meta.update(cost_model=plan.cost_model,
                          launch=launch or getattr(chip.kernels, "launch_mode", None),
@@ -473,24 +578,23 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
     return Trace(meta=meta, n_ranks=n, groups=groups, ops=ops)
 
 
-def _ep_layout(spec: ModelSpec, plan: Plan, routing: np.ndarray, b_local: int) -> dict:
-    """Which rank sends which token where, for one MoE layer under expert parallelism: attention group d's tokens
-    are routing rows [d b_local, (d+1) b_local); TP rank j of the group sends slot j (tokens [j s, (j+1) s), s =
-    ceil(b_local / tp)) once to every rank that owns one of a token's experts."""
+def _ep_layout(spec: ModelSpec, plan: Plan, routing: np.ndarray, tokens: int) -> dict:
+    """Which rank sends which token where, for one MoE layer under expert parallelism: attention group d's `tokens`
+    tokens are routing rows [d tokens, (d+1) tokens) (sorted within each row, as route gives them); TP rank j of the
+    group sends slot j (its tokens [j s, (j+1) s), s = ceil(tokens / tp)) once to every rank that owns one of a
+    token's experts."""
     n, tp = plan.n_ranks, plan.tp
     per_rank = spec.n_experts // n
-    slots = -(-b_local // tp)
-    rows = np.asarray(routing[:plan.dp * b_local], np.int64)
-    tok = np.arange(len(rows))
-    src = tok // b_local * tp + tok % b_local // slots
-    owners = rows // per_rank
-    first = np.ones(owners.shape, bool)        # a token goes to each owning rank once
-    for c in range(1, owners.shape[1]):
-        for p in range(c):
-            first[:, c] &= owners[:, p] != owners[:, c]
-    sent = np.bincount((src[:, None] * n + owners)[first], minlength=n * n).reshape(n, n)
-    pairs = np.bincount(owners.ravel(), minlength=n)
-    active = (np.bincount(rows.ravel(), minlength=spec.n_experts) > 0).reshape(n, per_rank).sum(1)
+    slots = -(-tokens // tp)
+    ids = np.ascontiguousarray(routing[:plan.dp * tokens].T)     # [topk, tokens]: one contiguous row per pick
+    tok = np.arange(ids.shape[1])
+    src = tok // tokens * tp + tok % tokens // slots
+    owners = ids // per_rank
+    first = np.ones(owners.shape, bool)       # sorted picks: a token goes to each owning rank once
+    first[1:] = owners[1:] != owners[:-1]
+    sent = np.bincount((owners + src * n)[first], minlength=n * n).reshape(n, n)
+    per_expert = np.bincount(ids.ravel(), minlength=spec.n_experts).reshape(n, per_rank)
+    pairs, active = per_expert.sum(1), (per_expert > 0).sum(1)
     tok_dispatch = spec.hidden + (math.ceil(spec.hidden / 128) * 4 if plan.dispatch_dtype == "fp8" else spec.hidden)
     chunk = int(sent.max())
     return dict(slots=slots, pairs=pairs, active=active,
