@@ -69,6 +69,6 @@ def test_interpolated_steps_match_direct_simulation():
     sm = StepModel("toy-mla", None, spec, parse_plan("tp=8"), load_chip("sd200-accelerator"), load_config("sd200"))
     for dec, ctx, pre, prefix in ((3, 700, 0, 0), (24, 2500, 0, 0), (5, 1500, 40, 100), (90, 300, 200, 0)):
         pairs = pre * prefix + pre * (pre + 1) / 2
-        got = sm.step(dec + pre, dec * ctx, pairs)[0]
+        got = sm.step(dec + pre, dec * ctx, pairs, prefill=pre, prompts=1 if pre else 0)[0]
         want = sm.direct(dec, ctx, pre, prefix + (pre + 1) / 2, prefix + pre)
         assert got == pytest.approx(want, rel=0.03), (dec, ctx, pre, prefix)

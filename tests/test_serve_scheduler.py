@@ -15,7 +15,7 @@ from fabric.serve.workload import Workload
 class LinearSteps:
     """t = 100 + 2 n + m + 0.01 kv + 0.001 pairs us: grows with every input, as the real model does."""
 
-    def step(self, n, kv, pairs=0.0, mean_tokens=None):
+    def step(self, n, kv, pairs=0.0, mean_tokens=None, prefill=0, prompts=0):
         m = n if mean_tokens is None else mean_tokens
         return 100.0 + 2.0 * n + m + 0.01 * kv + 0.001 * pairs, 0.0, (float(m), 0.0, 0.0)
 

@@ -43,7 +43,7 @@ def main(model, preset, plan, engine, points, max_decode, seed, out):
         pre = int(rng.uniform(16, 2048)) if i % 3 == 2 else 0
         prefix = int(rng.uniform(0, 4096)) if pre else 0
         pairs = pre * prefix + pre * (pre + 1) / 2
-        got = sm.step(dec + pre, dec * ctx, pairs)[0]
+        got = sm.step(dec + pre, dec * ctx, pairs, prefill=pre, prompts=1 if pre else 0)[0]
         want = sm.direct(dec, ctx, pre, prefix + (pre + 1) / 2, prefix + pre)
         rows.append(dict(decode=dec, context=ctx, prefill=pre, prefix=prefix, interpolated_us=got,
                          simulated_us=want, error=got / want - 1))

@@ -182,8 +182,12 @@ class Scheduler:
             return self._decode_stretch(r, t, [d for d, _ in plans])
         sizes = [len(d) + sum(c for _, c in chunks) for d, chunks in plans]
         dec_kv = max(int(self.kv[d].sum()) for d, _ in plans)
-        pairs = max(sum(c * int(self.done_prefill[rid]) + c * (c + 1) / 2 for rid, c in chunks) for _, chunks in plans)
-        dur_us, _, nbytes = self.sm.step(max(sizes), dec_kv, pairs, mean_tokens=sum(sizes) / len(sizes))
+        # the group with the most prefill attention work: its prompt tokens, prompts and (query, key) pairs
+        pre = max(((sum(c for _, c in chunks), len(chunks),
+                    sum(c * int(self.done_prefill[rid]) + c * (c + 1) / 2 for rid, c in chunks)) for _, chunks in plans),
+                  key=lambda x: x[2])
+        dur_us, _, nbytes = self.sm.step(max(sizes), dec_kv, pre[2], mean_tokens=sum(sizes) / len(sizes),
+                                         prefill=pre[0], prompts=pre[1])
         end = t + dur_us / 1e6
         for grp, (dec, chunks) in zip(self.groups[r], plans):
             self._advance_decode(grp, dec, 1, end)

@@ -6,7 +6,7 @@ and chunked-prefill tokens (attending to their prompt so far). The groups run in
 joins them): the busiest group sets the time of everything it runs alone (attention, dense layers, shared experts),
 while the routed experts see the tokens of all groups. The step time is modelled as
 
-    t = S(m) + G(n) - G(m) + A(n, c) + beta(n) * pairs
+    t = S(m) + G(n) - G(m) + A(n, c) + P(T, q) - L(n) + L(n - T + s)
 
 - n: tokens of the busiest group (decode + prefill), m: the mean over groups (n = m without data-parallel
   attention). Every GEMM, norm, router, expert and collective scales with them. S(m) is the simulated step of m
@@ -15,14 +15,16 @@ while the routed experts see the tokens of all groups. The step time is modelled
   group adds to a step of m even tokens (its own kernels lie on the critical path, the experts' do not grow);
 - c: KV tokens the busiest group's decode attention reads per step token (the sum of its decode sequences'
   contexts / n: a decode-only step of n sequences at context c reads the same KV, and decode attention is bound by
-  that read);
-- A(n, c): what context adds. Context changes only the attention kernels: no collective, no other kernel, and the
-  attention kernels sit on every rank's critical path (each layer waits for its attention). So A is the growth of a
-  rank's summed kernel time between the captures at (n, c) and (n, 0): a capture, no simulation (checked against
-  simulated steps in docs/serving.md: equal to 0.1 us). c in C_GRID, linear between;
-- pairs: (query, key) pairs of the busiest group's prefill attention; beta(n): the time per pair, from the capture
-  of a step of n tokens of which n - 1 are one prompt's prefill (prefill attention is compute-bound: linear in its
-  pairs).
+  that read). A(n, c): what that context adds. Context changes only the attention kernels: no collective, no other
+  kernel, and the attention kernels sit on every rank's critical path (each layer waits for its attention). So A is
+  the growth of a rank's summed kernel time between the captures at (n, c) and (n, 0): a capture, no simulation
+  (checked against simulated steps in docs/serving.md: equal to 0.1 us). c in C_GRID, linear between;
+- T prompt tokens of s prompts in the busiest group, attending to q keys each on average: P(T, q), the prefill
+  attention kernels (the latent's up-projection over the KV read and the attention; fabric.capture.plan) of a
+  capture with T prompt tokens at q, T on N_GRID and q in C_GRID, bilinear. The KV they read is T + the prompts'
+  prefix (q - (T + 1) / 2 when positive: one prompt's chunk after its prefix);
+- L(n): the LM head's kernel time at n tokens: a prompt needs its last token's logits only, so a step of n tokens
+  runs it on n - T + s (L from the captures of S and G).
 Grid points are made on demand (only the n a run reaches) and kept. `direct` simulates one step exactly (the mixed
 step captured as it is, every group alike) and is the reference for the interpolation error (docs/serving.md).
 
@@ -39,11 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 
 C_GRID = (0, 1024, 4096, 16384, 65536)        # KV tokens read per step token: the decode contexts captured
-MAX_STEP_TOKENS = 65536
+MAX_STEP_TOKENS = 32768          # per attention group: a prefill grid step adds one decode token to it
 # step tokens simulated: powers of sqrt(2), rounded. Step time is concave in n where MoE layers are (more tokens
 # wake more experts, each read once), so linear interpolation runs under it; powers of 2 were up to 3.7 % low on
 # DeepSeek-R1 tp=64 decode steps, powers of sqrt(2) stay within 1 % (docs/serving.md)
-N_GRID = tuple(sorted({round(2 ** (k / 2)) for k in range(2 * 16 + 1)}))
+N_GRID = tuple(sorted({round(2 ** (k / 2)) for k in range(2 * 15 + 1)}))
 CLASSES = ("tp_collectives", "expert_alltoall", "other")
 _CLASS_OF = {"allreduce": 0, "allgather": 0, "reduce_scatter": 0, "broadcast": 0, "alltoall": 1}
 
@@ -81,19 +83,20 @@ class StepModel:
     # ---------------------------------------------------------------- the pipeline
 
     def capture(self, decode: int, context: int, prefill: int = 0, prefill_context: float = 0.0,
-                prefill_kv: int = 0):
-        """The Trace of one step: every group `decode` sequences at `context` plus `prefill` prompt tokens."""
+                prefill_kv: int = 0, prompts: int = 1):
+        """The Trace of one step: every group `decode` sequences at `context` plus `prefill` prompt tokens of
+        `prompts` prompts attending to `prefill_context` keys each on average and reading `prefill_kv` KV tokens."""
         from fabric.capture import capture
         p = self.plan
-        extra = dict(prefill_tokens=prefill, prefill_context=prefill_context, prefill_kv_tokens=prefill_kv) \
-            if prefill else {}
+        extra = dict(prefill_tokens=prefill, prefill_context=prefill_context, prefill_kv_tokens=prefill_kv,
+                     prefill_seqs=prompts) if prefill else {}
         return capture(self.model, self.hf_config, tp=p.attn_tp, ep=p.ep, batch=p.dp * decode,
                        context=int(context), chip=self.chip, weight_dtype=p.weight_dtype, seed=self.seed, **extra)
 
     def simulate(self, decode: int, context: int, prefill: int = 0, prefill_context: float = 0.0,
-                 prefill_kv: int = 0) -> Point:
+                 prefill_kv: int = 0, prompts: int = 1) -> Point:
         """One step captured as it is and run on the engine."""
-        return self._run(self.capture(decode, context, prefill, prefill_context, prefill_kv))
+        return self._run(self.capture(decode, context, prefill, prefill_context, prefill_kv, prompts))
 
     def _run(self, tr) -> Point:
         from fabric.replay import run_step
@@ -105,35 +108,28 @@ class StepModel:
         return pt
 
     @staticmethod
-    def _kernel_us(tr, outside_experts: bool = False) -> float:
-        """Rank 0's summed kernel time (us): what a change confined to its critical-path kernels adds; with
-        outside_experts, without the routed experts' kernels."""
+    def _kernel_us(tr) -> dict:
+        """Rank 0's summed kernel time (us): "all", "group" (outside the routed experts), "lm_head", "prefill" (the
+        prefill attention's rows): what a change confined to critical-path kernels adds."""
         cols = tr.ops[0].columns()
-        dur = cols["duration_ns"]
-        if outside_experts:
-            dur = dur[~np.char.startswith(cols["name"].astype(str), "experts_")]
-        return float(dur.sum()) / 1e3
+        dur, names = cols["duration_ns"], cols["name"].astype(str)
+        return {"all": float(dur.sum()) / 1e3,
+                "group": float(dur[~np.char.startswith(names, "experts_")].sum()) / 1e3,
+                "lm_head": float(dur[names == "lm_head"].sum()) / 1e3,
+                "prefill": float(dur[np.char.startswith(names, "prefill_")].sum()) / 1e3}
 
     def _base(self, n: int) -> Point:
+        """S(n), simulated."""
         key = ("s", n)
         if key not in self.points:
             tr = self.capture(n, 0)
             self.points[("k", n, 0)] = self._kernel_us(tr)
-            self.points[("g", n)] = self._kernel_us(tr, outside_experts=True)
             self.points[key] = self._run(tr)
             self._tick()
         return self.points[key]
 
-    def _group_kernels(self, n: int) -> float:
-        """G(n) on the grid."""
-        key = ("g", n)
-        if key not in self.points:
-            tr = self.capture(n, 0)
-            self.points[("k", n, 0)] = self._kernel_us(tr)
-            self.points[key] = self._kernel_us(tr, outside_experts=True)
-        return self.points[key]
-
-    def _kernels(self, n: int, c: int) -> float:
+    def _kernels(self, n: int, c: int) -> dict:
+        """_kernel_us of the decode step of n tokens at context c (captured)."""
         key = ("k", n, c)
         if key not in self.points:
             self.points[key] = self._kernel_us(self.capture(n, c))
@@ -141,17 +137,16 @@ class StepModel:
 
     def _context(self, n: int, c: int) -> float:
         """A(n, c): us that decode context c adds to the step of n tokens."""
-        return 0.0 if c == 0 else self._kernels(n, c) - self._kernels(n, 0)
+        return 0.0 if c == 0 else self._kernels(n, c)["all"] - self._kernels(n, 0)["all"]
 
-    def _beta(self, n: int) -> float:
-        """beta(n): us per prefill (query, key) pair at n step tokens."""
-        n = max(n, 2)
-        key = ("b", n)
+    def _prefill(self, t: int, q: int) -> float:
+        """P(t, q): us of the prefill attention of t prompt tokens attending to q keys each (one prompt)."""
+        key = ("p", t, q)
         if key not in self.points:
-            t = n - 1                                 # one decode sequence keeps every group's step well formed
-            pairs = t * (t + 1) / 2                   # one prompt of t tokens from position 0: causal
-            mixed = self._kernel_us(self.capture(1, 0, prefill=t, prefill_context=(t + 1) / 2, prefill_kv=t))
-            self.points[key] = max(0.0, (mixed - self._kernels(n, 0)) / pairs)
+            q = max(float(q), 1.0)              # a prompt token attends at least to itself
+            kv = t + int(max(0.0, q - (t + 1) / 2))
+            tr = self.capture(1, 0, prefill=t, prefill_context=q, prefill_kv=kv)
+            self.points[key] = self._kernel_us(tr)["prefill"]
         return self.points[key]
 
     def _tick(self) -> None:
@@ -162,6 +157,12 @@ class StepModel:
     def simulated(self) -> int:
         """Steps simulated on the engine so far."""
         return sum(1 for k in self.points if k[0] == "s")
+
+    def _on_grid(self, n: float, what: str) -> float:
+        """A kernel sum of the decode step at context 0 (`what`: a _kernel_us key) on N_GRID, linear between."""
+        lo, hi, w = self._n_bracket(n)
+        a = self._kernels(lo, 0)[what]
+        return a if w == 0 else (1 - w) * a + w * self._kernels(hi, 0)[what]
 
     # ---------------------------------------------------------------- interpolation
 
@@ -175,11 +176,6 @@ class StepModel:
         lo, hi = N_GRID[i - 1], N_GRID[i]
         return lo, hi, (n - lo) / (hi - lo)
 
-    def _lerp(self, n: float, f) -> float:
-        """f on N_GRID, linear in n between."""
-        lo, hi, w = self._n_bracket(n)
-        return f(lo) if w == 0 else (1 - w) * f(lo) + w * f(hi)
-
     def _decode(self, n: float, m: float, c) -> np.ndarray:
         """S(m) + G(n) - G(m) + A(n, c) for an array of c: rows [step, compute, comm, bytes by class...]."""
         c = np.atleast_1d(np.asarray(c, np.float64))
@@ -189,7 +185,7 @@ class StepModel:
             if a:
                 p = self._base(nn)
                 base += a * np.array((p.step_us, p.compute_us, p.comm_us) + p.bytes_by_class)
-        grow = self._lerp(n, self._group_kernels) - self._lerp(m, self._group_kernels) if n > m else 0.0
+        grow = self._on_grid(n, "group") - self._on_grid(m, "group") if n > m else 0.0
         ctx = np.zeros(len(c))
         grid = np.asarray(C_GRID, np.float64)
         hi_c = np.clip(np.searchsorted(grid, c, side="left"), 1, len(grid) - 1)   # beyond the last: extrapolate
@@ -209,16 +205,26 @@ class StepModel:
         out[1] += extra
         return out
 
-    def _beta_at(self, n: float) -> float:
-        lo, hi, w = self._n_bracket(max(n, 2.0))
-        return (1 - w) * self._beta(lo) + w * self._beta(hi)
+    def _prefill_at(self, t: float, q: float) -> float:
+        """P(t, q) bilinear on N_GRID x C_GRID (beyond the last q: the last two extrapolate)."""
+        grid = C_GRID
+        j = min(max(bisect.bisect_left(grid, q), 1), len(grid) - 1)
+        wq = (q - grid[j - 1]) / (grid[j] - grid[j - 1])
+        lo, hi, w = self._n_bracket(t)
+        out = 0.0
+        for tt, a in ((lo, 1 - w), (hi, w)):
+            if a:
+                for qq, b in ((grid[j - 1], 1 - wq), (grid[j], wq)):
+                    if b:
+                        out += a * b * self._prefill(tt, qq)
+        return out
 
-    def step(self, tokens: int, decode_kv: int = 0, pairs: float = 0.0, mean_tokens: float | None = None) \
-            -> tuple[float, float, tuple]:
-        """(step us, exposed communication us, bytes by class) of a step whose busiest group runs `tokens` tokens
-        (decode + prefill), its decode attention reading `decode_kv` KV tokens in all and its prefill attention
-        `pairs` (query, key) pairs; `mean_tokens` per group over all groups (default: `tokens`, all alike). Under
-        tbo=on the step runs as two halves."""
+    def step(self, tokens: int, decode_kv: int = 0, pairs: float = 0.0, mean_tokens: float | None = None,
+             prefill: int = 0, prompts: int = 0) -> tuple[float, float, tuple]:
+        """(step us, exposed communication us, bytes by class) of a step whose busiest group runs `tokens` tokens,
+        `prefill` of them from `prompts` prompts whose attention makes `pairs` (query, key) pairs, its decode
+        attention reading `decode_kv` KV tokens in all; `mean_tokens` per group over all groups (default: `tokens`,
+        all alike). Under tbo=on the step runs as two halves."""
         n = tokens
         m = n if mean_tokens is None else min(mean_tokens, n)
         if n <= 0:
@@ -226,8 +232,10 @@ class StepModel:
         half = 0.5 if self.plan.tbo and n >= 2 else 1.0
         d = self._decode(n * half, max(m * half, 1.0), decode_kv / n)[:, 0]
         step, compute, comm = d[0], d[1], d[2]
-        if pairs:
-            extra = self._beta_at(n * half) * pairs * half
+        if prefill:
+            t = max(prefill * half, 1.0)
+            extra = self._prefill_at(t, pairs / prefill) \
+                - self._on_grid(n * half, "lm_head") + self._on_grid(max(n * half - t + prompts * half, 1.0), "lm_head")
             step, compute = step + extra, compute + extra
         if half < 1.0:
             step, comm = compute + max(compute, comm), max(0.0, comm - compute)
@@ -244,6 +252,6 @@ class StepModel:
         return d[0]
 
     def direct(self, decode: int, context: int, prefill: int = 0, prefill_context: float = 0.0,
-               prefill_kv: int = 0) -> float:
+               prefill_kv: int = 0, prompts: int = 1) -> float:
         """The step simulated exactly (every group alike, uniform decode context), for the interpolation error."""
-        return self.simulate(decode, context, prefill, prefill_context, prefill_kv).step_us
+        return self.simulate(decode, context, prefill, prefill_context, prefill_kv, prompts).step_us

@@ -20,6 +20,10 @@ Cases (see docs/performance.md for figures):
   show.
 - `capture-1024`: the trace of a 1024-card deployment (workload kimi-k2-tp64-ep128-x8: 1024 distinct rank
   tables) captured, written to HDF5 and read back, each stage timed; no kernel (wall s: the three stages).
+- `serve-10k`, `serve-10k-packet`, `serve-1024` (by name only: minutes each): fabric-serve end to end
+  (fabric.serve.Deployment), DeepSeek-R1 serving the shipped Azure conversation trace: 10,000 requests on sd200 with
+  tp=64 on either engine, and 2,000 requests at 160 requests/s on sd200-1024 (16 replicas of attn=dp,ep=64, fp8
+  weights); stages deployment, steps (the step model's grid), schedule (the serving loop and the report).
 - `oneshot-N` (N = 128 .. 1024, presets sd200-N): the same one-shot traffic with 256 B packets; above 64 ranks
   the message shrinks as 64/N so that the total stays tractable (packets then grow linearly in N, not N^2), and
   the case name says the message size. The scaling exponent is fitted on wall time vs packets.
@@ -59,6 +63,11 @@ FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "r
        [oneshot_name(n) for n in (128, 256, 512, 1024)] + \
        ["replay-sd200", "replay-sd200-analytic", "replay-1024-analytic", "capture-1024"]
 QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
+# served workloads: minutes each, so only by name (--case); see serve_stages
+SERVE = {"serve-10k": dict(plan="tp=64", requests=10_000, engine="analytic"),
+         "serve-10k-packet": dict(plan="tp=64", requests=10_000, engine="packet"),
+         "serve-1024": dict(preset="sd200-1024", plan="attn=dp,ep=64,weights=fp8,replicas=16", requests=2000,
+                            rate=160.0, engine="analytic")}
 
 
 def _replay_stages(case: str):
@@ -123,8 +132,32 @@ def capture_stages(workload: str = "kimi-k2-tp64-ep128-x8"):
                            wall_s=sum(st.values()), outcome="done", stages=st)
 
 
+def serve_stages(case: str):
+    """serve-*: DeepSeek-R1 serving the shipped Azure conversation trace (fabric.serve) end to end, staged:
+    deployment (plan checks, KV budget), steps (the step model's grid: captures and simulated steps, made on
+    demand while serving), schedule (the rest of the serving loop and the report). No kernel counts (the steps
+    run many engines); wall s: the three stages."""
+    from types import SimpleNamespace
+
+    from fabric.serve import Deployment
+    args = dict(SERVE[case])
+    t = time.perf_counter()
+    dep = Deployment(model="deepseek-r1", preset=args.pop("preset", "sd200"), plan=args.pop("plan"),
+                     engine=args.pop("engine"))
+    st = {"deployment": time.perf_counter() - t}
+    t = time.perf_counter()
+    r = dep.serve("azure-conv", **args)
+    total = time.perf_counter() - t
+    st["steps"] = r["step_model"]["simulate_s"]
+    st["schedule"] = total - st["steps"]
+    return SimpleNamespace(totals={"carved": 0}, counters={"packets": np.zeros(1, np.int64)}, events=0,
+                           wall_s=sum(st.values()), outcome="done", stages=st)
+
+
 def _run_case(case: str):
     """Build and run one case in this process; returns the sim.RunResult."""
+    if case.startswith("serve-"):
+        return serve_stages(case)
     if case.startswith("replay-"):
         return _replay_stages(case)
     if case == "capture-1024":
@@ -213,7 +246,7 @@ def scaling_exponent(rows: list[dict], per: str = "packets", of: str = "wall_s")
 
 _PATTERNS = (r"link(-quick)?", r"oneshot-(?P<n>[0-9]+)(-[0-9]+B)?", r"decode-(?P<preset>[a-z0-9-]+)-(packet|analytic)",
              r"ring-[1-9][0-9]*MB-64", r"allreduce-[1-9][0-9]*G-(?P<preset2>[a-z0-9-]+)",
-             r"replay-(sd200|1024)(-analytic)?", r"capture-1024")
+             r"replay-(sd200|1024)(-analytic)?", r"capture-1024", r"serve-10k(-packet)?|serve-1024")
 
 
 def check_cases(cases) -> None:
@@ -223,7 +256,7 @@ def check_cases(cases) -> None:
 
     from fabric.config import preset_names
     from fabric.errors import ConfigError
-    known = list(dict.fromkeys(FULL + QUICK))
+    known = list(dict.fromkeys(FULL + QUICK + list(SERVE)))
     for case in cases or ():
         for pat in _PATTERNS:
             m = re.fullmatch(pat, case)
