@@ -158,8 +158,8 @@ class Plan:
 
 # ---------------------------------------------------------------- routing oracle
 
-KEEP_ROWS = 1 << 17   # rows of one layer's routing kept between calls (2 MiB at topk 8); a longer draw is extended
-#                       from the kept generator state for that call only (a 64-group serving step routes ~1M tokens)
+KEEP_ROWS = 1 << 18   # rows of one layer's routing kept between calls (4 MiB at topk 8; 58 MoE layers: 232 MiB); a
+#                       longer draw is extended from the kept generator state for that call only
 
 
 def route(spec: ModelSpec, layer: int, n_tokens: int, seed: int) -> np.ndarray:
@@ -191,7 +191,7 @@ def _routed(spec: ModelSpec, layer: int, n: int, seed: int) -> np.ndarray:
     return np.concatenate([rows, _draw_rows(spec, copy.deepcopy(rng), n - len(rows))])
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=128)
 def _kept(spec: ModelSpec, layer: int, seed: int) -> list:
     """[the layer's generator, the rows drawn from it so far] (route)."""
     return [np.random.default_rng([seed, layer, 0x5EED]), np.empty((0, spec.topk), _id_dtype(spec))]
@@ -587,8 +587,7 @@ def _ep_layout(spec: ModelSpec, plan: Plan, routing: np.ndarray, tokens: int) ->
     per_rank = spec.n_experts // n
     slots = -(-tokens // tp)
     ids = np.ascontiguousarray(routing[:plan.dp * tokens].T)     # [topk, tokens]: one contiguous row per pick
-    tok = np.arange(ids.shape[1])
-    src = tok // tokens * tp + tok % tokens // slots
+    src = (np.arange(plan.dp, dtype=np.int32)[:, None] * tp + np.arange(tokens, dtype=np.int32) // slots).ravel()
     owners = ids // per_rank
     first = np.ones(owners.shape, bool)       # sorted picks: a token goes to each owning rank once
     first[1:] = owners[1:] != owners[:-1]
