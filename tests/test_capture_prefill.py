@@ -213,6 +213,22 @@ def test_expert_parallel_step_routes_every_token():
     assert ag and ag[0]["count_per_rank"][0] == moe_layers     # slots of ceil(99 / 4) tokens per TP rank
 
 
+@pytest.mark.parametrize("kw", [dict(model="deepseek-r1", tp=8, ep=32, batch=12, cost_model="shape"),
+                                dict(model="toy-mla", tp=2, ep=8, batch=7, cost_model="roofline")])
+def test_expert_parallel_mixed_ranks_equal_their_op_by_op_build(monkeypatch, kw):
+    """rank_table (ranks 1.. from rank 0's table) holds for mixed steps too."""
+    import functools
+
+    import fabric.capture as cap
+    fast = capture(**kw, **MIXED)
+    monkeypatch.setattr(cap, "lower", functools.partial(plan_mod.lower, each_rank_built=True))
+    ref = capture(**kw, **MIXED)
+    assert fast.meta == ref.meta
+    for a, b in zip(fast.ops, ref.ops):
+        for c in T.COLUMNS:
+            assert np.array_equal(getattr(a, c), getattr(b, c)), c
+
+
 def test_shape_model_prefill_attention_matches_kernel_cost():
     """Both cost models see the same flops and bytes; the shape model's time is compute-bound and grows with ctx."""
     chip = load_chip("h200")
