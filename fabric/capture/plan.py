@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,6 +159,7 @@ class Plan:
 
 # ---------------------------------------------------------------- routing oracle
 
+_KEPT_LOCK = threading.Lock()
 KEEP_ROWS = 1 << 18   # rows of one layer's routing kept between calls (4 MiB at topk 8; 58 MoE layers: 232 MiB); a
 #                       longer draw is extended from the kept generator state for that call only
 
@@ -180,15 +182,17 @@ def route(spec: ModelSpec, layer: int, n_tokens: int, seed: int) -> np.ndarray:
 def _routed(spec: ModelSpec, layer: int, n: int, seed: int) -> np.ndarray:
     """route's rows, read-only, in the small dtype they are kept in (lower reads them without a copy)."""
     kept = _kept(spec, layer, seed)
-    rng, rows = kept
-    want = min(n, KEEP_ROWS)
-    if len(rows) < want:
-        rows = np.concatenate([rows, _draw_rows(spec, rng, want - len(rows))])
-        rows.flags.writeable = False
-        kept[1] = rows
-    if n <= len(rows):
-        return rows[:n]
-    return np.concatenate([rows, _draw_rows(spec, copy.deepcopy(rng), n - len(rows))])
+    with _KEPT_LOCK:           # one extension at a time: the kept generator is shared
+        rng, rows = kept
+        want = min(n, KEEP_ROWS)
+        if len(rows) < want:
+            rows = np.concatenate([rows, _draw_rows(spec, rng, want - len(rows))])
+            rows.flags.writeable = False
+            kept[1] = rows
+        if n <= len(rows):
+            return rows[:n]
+        rng = copy.deepcopy(rng)
+    return np.concatenate([rows, _draw_rows(spec, rng, n - len(rows))])
 
 
 @functools.lru_cache(maxsize=128)
