@@ -10,7 +10,8 @@ while the routed experts see the tokens of all groups. The step time is modelled
 
 - n: tokens of the busiest group (decode + prefill), m: the mean over groups (n = m without data-parallel
   attention). Every GEMM, norm, router, expert and collective scales with them. S(m) is the simulated step of m
-  decode tokens per group at context 0 (the whole pipeline), for m on N_GRID, linear between;
+  decode tokens per group at context 0 (the whole pipeline), for m on N_GRID, linear between plus the bend of a
+  rank's summed kernel time there (captured on the finer N_FINE: the chord of a convex or concave curve misses it);
 - G(n): a rank's summed kernel time outside the routed experts at n tokens, from the capture: what the busiest
   group adds to a step of m even tokens (its own kernels lie on the critical path, the experts' do not grow);
 - c: KV tokens the busiest group's decode attention reads per step token (the sum of its decode sequences'
@@ -40,12 +41,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-C_GRID = (0, 1024, 4096, 16384, 65536)        # KV tokens read per step token: the decode contexts captured
+C_GRID = (0, 256, 1024, 2048, 4096, 8192, 16384, 65536)   # decode contexts captured (KV tokens read per step token)
 MAX_STEP_TOKENS = 32768          # per attention group: a prefill grid step adds one decode token to it
 # step tokens simulated: powers of sqrt(2), rounded. Step time is concave in n where MoE layers are (more tokens
 # wake more experts, each read once), so linear interpolation runs under it; powers of 2 were up to 3.7 % low on
 # DeepSeek-R1 tp=64 decode steps, powers of sqrt(2) stay within 1 % (docs/serving.md)
 N_GRID = tuple(sorted({round(2 ** (k / 2)) for k in range(2 * 15 + 1)}))
+# kernel sums (captures, no simulation) on powers of 2^(1/8): between two simulated steps a step's kernels grow as
+# they do, not linearly (GEMMs turning compute-bound make it convex, experts waking up concave)
+N_FINE = tuple(sorted({round(2 ** (k / 8)) for k in range(8 * 15 + 1)}))
 CLASSES = ("tp_collectives", "expert_alltoall", "other")
 _CLASS_OF = {"allreduce": 0, "allgather": 0, "reduce_scatter": 0, "broadcast": 0, "alltoall": 1}
 
@@ -69,6 +73,12 @@ def fabric_bytes(graph) -> tuple:
     return tuple(float(x) for x in out)
 
 
+def capture_trace(*args, **kwargs):
+    """fabric.capture.capture (imported when first used: the serving layer loads the capture only to run)."""
+    from fabric.capture import capture
+    return capture(*args, **kwargs)
+
+
 class StepModel:
     """Step time of `plan` (fabric.serve.plan.ServePlan) on the fabric `cfg` describes."""
 
@@ -86,11 +96,10 @@ class StepModel:
                 prefill_kv: int = 0, prompts: int = 1):
         """The Trace of one step: every group `decode` sequences at `context` plus `prefill` prompt tokens of
         `prompts` prompts attending to `prefill_context` keys each on average and reading `prefill_kv` KV tokens."""
-        from fabric.capture import capture
         p = self.plan
         extra = dict(prefill_tokens=prefill, prefill_context=prefill_context, prefill_kv_tokens=prefill_kv,
                      prefill_seqs=prompts) if prefill else {}
-        return capture(self.model, self.hf_config, tp=p.attn_tp, ep=p.ep, batch=p.dp * decode,
+        return capture_trace(self.model, self.hf_config, tp=p.attn_tp, ep=p.ep, batch=p.dp * decode,
                        context=int(context), chip=self.chip, weight_dtype=p.weight_dtype, seed=self.seed, **extra)
 
     def simulate(self, decode: int, context: int, prefill: int = 0, prefill_context: float = 0.0,
@@ -135,17 +144,34 @@ class StepModel:
             self.points[key] = self._kernel_us(self.capture(n, c))
         return self.points[key]
 
+    def _attention(self, n: int, c: int) -> float:
+        """A rank's decode-attention kernel time (us) with n sequences at context c in its group: captured on one
+        attention group alone (the plan without expert parallelism: the same attention kernels, a far cheaper
+        capture), at n itself, since attention kernels jump where their tiles need one more wave of the chip."""
+        key = ("a", n, c)
+        if key not in self.points:
+            p = self.plan
+            tr = capture_trace(self.model, self.hf_config, tp=p.attn_tp, ep=1, batch=n, context=int(c),
+                               chip=self.chip, weight_dtype=p.weight_dtype, seed=self.seed)
+            cols = tr.ops[0].columns()
+            self.points[key] = float(cols["duration_ns"][cols["name"].astype(str) == "attention"].sum()) / 1e3
+        return self.points[key]
+
     def _context(self, n: int, c: int) -> float:
         """A(n, c): us that decode context c adds to the step of n tokens."""
-        return 0.0 if c == 0 else self._kernels(n, c)["all"] - self._kernels(n, 0)["all"]
+        return 0.0 if c == 0 else self._attention(n, c) - self._attention(n, 0)
 
     def _prefill(self, t: int, q: int) -> float:
-        """P(t, q): us of the prefill attention of t prompt tokens attending to q keys each (one prompt)."""
+        """P(t, q): us of the prefill attention of t prompt tokens attending to q keys each (one prompt), captured on
+        one attention group alone, as _attention."""
         key = ("p", t, q)
         if key not in self.points:
             q = max(float(q), 1.0)              # a prompt token attends at least to itself
             kv = t + int(max(0.0, q - (t + 1) / 2))
-            tr = self.capture(1, 0, prefill=t, prefill_context=q, prefill_kv=kv)
+            p = self.plan
+            tr = capture_trace(self.model, self.hf_config, tp=p.attn_tp, ep=1, batch=1, context=0, chip=self.chip,
+                               weight_dtype=p.weight_dtype, seed=self.seed, prefill_tokens=t, prefill_context=q,
+                               prefill_kv_tokens=kv)
             self.points[key] = self._kernel_us(tr)["prefill"]
         return self.points[key]
 
@@ -158,22 +184,22 @@ class StepModel:
         """Steps simulated on the engine so far."""
         return sum(1 for k in self.points if k[0] == "s")
 
-    def _on_grid(self, n: float, what: str) -> float:
-        """A kernel sum of the decode step at context 0 (`what`: a _kernel_us key) on N_GRID, linear between."""
-        lo, hi, w = self._n_bracket(n)
+    def _on_grid(self, n: float, what: str, grid=N_FINE) -> float:
+        """A kernel sum of the decode step at context 0 (`what`: a _kernel_us key) on `grid`, linear between."""
+        lo, hi, w = self._n_bracket(n, grid)
         a = self._kernels(lo, 0)[what]
         return a if w == 0 else (1 - w) * a + w * self._kernels(hi, 0)[what]
 
     # ---------------------------------------------------------------- interpolation
 
     @staticmethod
-    def _n_bracket(n: float) -> tuple:
-        """(n_lo, n_hi, weight of n_hi) on N_GRID."""
+    def _n_bracket(n: float, grid=N_GRID) -> tuple:
+        """(n_lo, n_hi, weight of n_hi) on `grid`."""
         n = min(max(n, 1.0), MAX_STEP_TOKENS)
-        i = bisect.bisect_left(N_GRID, n)
-        if N_GRID[i] == n:
-            return N_GRID[i], N_GRID[i], 0.0
-        lo, hi = N_GRID[i - 1], N_GRID[i]
+        i = bisect.bisect_left(grid, n)
+        if grid[i] == n:
+            return grid[i], grid[i], 0.0
+        lo, hi = grid[i - 1], grid[i]
         return lo, hi, (n - lo) / (hi - lo)
 
     def _decode(self, n: float, m: float, c) -> np.ndarray:
@@ -185,20 +211,18 @@ class StepModel:
             if a:
                 p = self._base(nn)
                 base += a * np.array((p.step_us, p.compute_us, p.comm_us) + p.bytes_by_class)
-        grow = self._on_grid(n, "group") - self._on_grid(m, "group") if n > m else 0.0
-        ctx = np.zeros(len(c))
+        # S between its grid points follows the kernels' own curve (N_FINE), not the chord
+        bend = self._on_grid(m, "all") - self._on_grid(m, "all", N_GRID) if w else 0.0
+        grow = bend + (self._on_grid(n, "group") - self._on_grid(m, "group") if n > m else 0.0)
         grid = np.asarray(C_GRID, np.float64)
         hi_c = np.clip(np.searchsorted(grid, c, side="left"), 1, len(grid) - 1)   # beyond the last: extrapolate
         lo_c = hi_c - 1
         wc = (c - grid[lo_c]) / (grid[hi_c] - grid[lo_c])
-        lo, hi, w = self._n_bracket(n)
-        for nn, a in ((lo, 1 - w), (hi, w)):
-            if not a:
-                continue
-            add = np.zeros(len(grid))
-            for j in np.unique(np.concatenate([lo_c[wc != 1], hi_c[wc != 0]])):
-                add[j] = self._context(nn, int(grid[j]))
-            ctx += a * (add[lo_c] * (1 - wc) + add[hi_c] * wc)
+        nn = max(int(round(n)), 1)
+        add = np.zeros(len(grid))
+        for j in np.unique(np.concatenate([lo_c[wc != 1], hi_c[wc != 0]])):
+            add[j] = self._context(nn, int(grid[j]))
+        ctx = add[lo_c] * (1 - wc) + add[hi_c] * wc
         extra = grow + ctx
         out = np.repeat(base[:, None], len(c), axis=1)
         out[0] += extra
