@@ -17,11 +17,13 @@ class LinearSteps:
 
     def step(self, n, kv, pairs=0.0, mean_tokens=None, prefill=0, prompts=0):
         m = n if mean_tokens is None else mean_tokens
-        return 100.0 + 2.0 * n + m + 0.01 * kv + 0.001 * pairs, 0.0, (float(m), 0.0, 0.0)
+        t = 100.0 + 2.0 * n + m + 0.01 * kv + 0.001 * pairs
+        return t, 0.1 * t, (float(m), 0.0, 0.0)
 
     def decode_times(self, n, kv, mean_tokens=None):
         m = n if mean_tokens is None else mean_tokens
-        return 100.0 + 2.0 * n + m + 0.01 * np.asarray(kv, np.float64)
+        t = 100.0 + 2.0 * n + m + 0.01 * np.asarray(kv, np.float64)
+        return t, 0.1 * t
 
 
 class Checked(Scheduler):
@@ -66,6 +68,8 @@ def test_every_request_served_once(n, seed, capacity, budget, max_seqs, plan, ba
     np.testing.assert_allclose(s.finish, ref.finish, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(s.first, ref.first, rtol=1e-9, atol=1e-12)
     assert (s.preempted == ref.preempted).all()
+    assert s.rec.comm_s == pytest.approx(ref.rec.comm_s, rel=1e-9)
+    assert s.rec.comm_s == pytest.approx(0.1 * sum(s.rec.step_dur_s), rel=1e-9)
 
 
 def test_kv_pressure_preempts_and_recomputes():

@@ -73,7 +73,8 @@ def render(r: dict) -> str:
         f"  preemptions          {r['preemptions']} ({r['requests_preempted']} requests recomputed)",
         f"  fabric bytes         {b['tp_collectives'] / 1e9:.2f} GB TP collectives, {b['expert_alltoall'] / 1e9:.2f} "
         f"GB expert all-to-all, {b['other'] / 1e9:.2f} GB other",
-        f"  steps                {r['steps']} in {r['busy_s']:.1f} s busy; step model: "
+        f"  steps                {r['steps']} in {r['busy_s']:.1f} s busy, {100 * r['exposed_comm_fraction']:.1f} % of "
+        f"it exposed communication; step model: "
         f"{r['step_model']['grid_steps_simulated']} steps simulated in {r['step_model']['simulate_s']:.1f} s; "
         f"{r['wall_s']:.1f} s wall",
     ]

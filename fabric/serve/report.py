@@ -61,6 +61,7 @@ def summarise(sched, wl, plan, slo_ttft_ms: float | None, slo_tpot_ms: float | N
                  met_fraction=float(ok.mean()) if len(ok) else 0.0),
         goodput_requests_per_s=float(ok.sum() / span) if span else 0.0,
         steps=int(count.sum()), step_records=int(len(dur)), busy_s=busy_s,
+        exposed_comm_fraction=float(rec.comm_s / busy_s) if busy_s else 0.0,
         batch_mean=float((batch * w).sum() / w.sum()) if w.sum() else 0.0,
         batch_max=int(batch.max()) if len(batch) else 0,
         kv_use_mean=float((kv * w).sum() / w.sum() / per_rep_capacity) if w.sum() else 0.0,

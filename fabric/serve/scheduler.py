@@ -54,6 +54,7 @@ class Trace:
     queued: list = field(default_factory=list)        # requests waiting in the replica after the stretch
     itl_s: list = field(default_factory=list)         # arrays of inter-token gaps (one per decode token)
     bytes_by_class: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    comm_s: float = 0.0                               # exposed communication, summed over the steps
 
 
 class Scheduler:
@@ -186,8 +187,8 @@ class Scheduler:
         pre = max(((sum(c for _, c in chunks), len(chunks),
                     sum(c * int(self.done_prefill[rid]) + c * (c + 1) / 2 for rid, c in chunks)) for _, chunks in plans),
                   key=lambda x: x[2])
-        dur_us, _, nbytes = self.sm.step(max(sizes), dec_kv, pre[2], mean_tokens=sum(sizes) / len(sizes),
-                                         prefill=pre[0], prompts=pre[1])
+        dur_us, comm_us, nbytes = self.sm.step(max(sizes), dec_kv, pre[2], mean_tokens=sum(sizes) / len(sizes),
+                                               prefill=pre[0], prompts=pre[1])
         end = t + dur_us / 1e6
         for grp, (dec, chunks) in zip(self.groups[r], plans):
             self._advance_decode(grp, dec, 1, end)
@@ -207,7 +208,7 @@ class Scheduler:
         self.rec.itl_s.append(np.full(sum(len(d) for d, _ in plans), dur_us / 1e6))
         self._record(r, t, dur_us / 1e6, 1, sum(len(d) + len(c) for d, c in plans),
                      sum(len(d) + sum(x for _, x in c) for d, c in plans), sum(sum(x for _, x in c) for _, c in plans),
-                     nbytes)
+                     nbytes, comm_us / 1e6)
         self.free_at[r] = end
 
     def _decode_stretch(self, r: int, t: float, decs: list) -> None:
@@ -225,7 +226,8 @@ class Scheduler:
         steps = np.arange(k)
         kv = (kv0[:, None] + grow[:, None] * steps[None, :]).max(axis=0)      # busiest group's read per step
         mean = sum(len(d) for d in decs) / len(decs)
-        dur_s = self.sm.decode_times(n, kv, mean_tokens=mean) / 1e6
+        dur_us, comm_us = self.sm.decode_times(n, kv, mean_tokens=mean)
+        dur_s = dur_us / 1e6
         starts = t + np.concatenate(([0.0], np.cumsum(dur_s)[:-1]))
         horizon = self.next_arrival
         if self.wl.users:        # a closed loop's next arrival can come from another replica's finish
@@ -233,14 +235,14 @@ class Scheduler:
             horizon = min([h for h in [horizon] + others if h is not None], default=None)
         if horizon is not None:
             k = max(1, int(np.searchsorted(starts, horizon, side="left")))     # steps that start before it
-            dur_s, starts = dur_s[:k], starts[:k]
+            dur_s, starts, comm_us = dur_s[:k], starts[:k], comm_us[:k]
         end = t + float(dur_s.sum())
         for grp, d in zip(groups, decs):
             self._advance_decode(grp, d, k, end)
         total = sum(len(d) for d in decs)
         self.rec.itl_s.append(np.repeat(dur_s, total))
         _, _, nbytes = self.sm.step(n, int(kv[0]), 0.0, mean_tokens=mean)
-        self._record(r, t, end - t, k, total, total, 0, tuple(b * k for b in nbytes))
+        self._record(r, t, end - t, k, total, total, 0, tuple(b * k for b in nbytes), float(comm_us.sum()) / 1e6)
         self.free_at[r] = end
 
     def _advance_decode(self, grp: Group, dec: np.ndarray, k: int, end: float) -> None:
@@ -267,8 +269,9 @@ class Scheduler:
             if nxt < wl.n and (wl.duration_s is None or send < wl.duration_s):
                 heapq.heappush(self.heap, (send, nxt))
 
-    def _record(self, r, t, dur, k, batch, tokens, prefill, nbytes) -> None:
+    def _record(self, r, t, dur, k, batch, tokens, prefill, nbytes, comm_s) -> None:
         rec = self.rec
+        rec.comm_s += comm_s
         rec.step_start_s.append(t)
         rec.step_dur_s.append(dur)
         rec.step_count.append(k)

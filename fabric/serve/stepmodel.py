@@ -265,15 +265,17 @@ class StepModel:
             step, comm = compute + max(compute, comm), max(0.0, comm - compute)
         return float(step), float(comm), tuple(float(x) / half for x in d[3:])
 
-    def decode_times(self, tokens: int, decode_kv: np.ndarray, mean_tokens: float | None = None) -> np.ndarray:
-        """Step us of decode-only steps (step's arguments), one per entry of decode_kv."""
+    def decode_times(self, tokens: int, decode_kv: np.ndarray, mean_tokens: float | None = None) \
+            -> tuple[np.ndarray, np.ndarray]:
+        """(step us, exposed communication us) of decode-only steps (step's arguments), one per entry of
+        decode_kv."""
         n = tokens
         m = n if mean_tokens is None else min(mean_tokens, n)
         half = 0.5 if self.plan.tbo and n >= 2 else 1.0
         d = self._decode(n * half, max(m * half, 1.0), np.asarray(decode_kv, np.float64) / n)
         if half < 1.0:
-            return d[1] + np.maximum(d[1], d[2])
-        return d[0]
+            return d[1] + np.maximum(d[1], d[2]), np.maximum(0.0, d[2] - d[1])
+        return d[0], d[2]
 
     def direct(self, decode: int, context: int, prefill: int = 0, prefill_context: float = 0.0,
                prefill_kv: int = 0, prompts: int = 1) -> float:
