@@ -1,10 +1,12 @@
-"""Build the Cython packet kernel.
+"""Build the two Cython extensions: the packet kernel and the array passes.
 
-pyx/ mirrors the package path (pyx/fabric/_kernel/*.pyx -> fabric._kernel.*) so that dotted cimports resolve
-their .pxd contracts. kernel.pyx includes its rooms (pyx/fabric/_kernel/*.pxi, one C translation unit); cythonize
-follows the includes, so editing a .pxi rebuilds the extension. FABRIC_DEBUG=1 builds a checked flavour (bounds,
-initialisation, wraparound checks) into its own build directory, because Cython does not regenerate C files when only
-directives change.
+fabric._kernel.kernel (pyx/fabric/_kernel/kernel.pyx) is the event path: Engine and its rooms. fabric._arrays
+(pyx/fabric/_arrays.pyx) holds the loops over routes, task graphs and run records that the Python modules beside it
+run before or after a simulation; it touches no simulation state. pyx/ mirrors the package path (pyx/fabric/X.pyx ->
+fabric.X) so that dotted cimports resolve their .pxd contracts. Each .pyx includes its rooms (.pxi files, one C
+translation unit per extension); cythonize follows the includes, so editing a .pxi rebuilds its extension.
+FABRIC_DEBUG=1 builds a checked flavour (bounds, initialisation, wraparound checks) into its own build directory,
+because Cython does not regenerate C files when only directives change.
 """
 import os
 
@@ -21,11 +23,11 @@ directives = {
     "cdivision": True,
     "embedsignature": True,
 }
-MODULES = ["kernel"]
+MODULES = ["_kernel.kernel", "_arrays"]   # fabric.<name>, from pyx/fabric/<name as a path>.pyx
 extensions = [
     Extension(
-        f"fabric._kernel.{name}",
-        [f"pyx/fabric/_kernel/{name}.pyx"],
+        f"fabric.{name}",
+        [f"pyx/fabric/{name.replace('.', '/')}.pyx"],
         include_dirs=[np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O0", "-g"] if DEBUG else ["-O3"],

@@ -261,9 +261,9 @@ class AddressMap:
                                     self.rank_domain, -1)
 
     def _host_addresses(self, g, who, domain_of, unaddressed: int) -> np.ndarray:
-        """One pass in C (the kernel's host_addresses: no temporaries per address, 18 M of them at 1024 ranks)."""
-        from fabric._check_build import kernel
-        return kernel.host_addresses(np.ascontiguousarray(g), np.ascontiguousarray(who), domain_of, self._slots,
+        """One pass in C (the array passes' host_addresses: no temporaries per address, 18 M of them at 1024 ranks)."""
+        from fabric._check_build import arrays
+        return arrays.host_addresses(np.ascontiguousarray(g), np.ascontiguousarray(who), domain_of, self._slots,
                                      self.global_base, self.window_bytes, self.host_base, unaddressed)
 
     def kernel_tables(self, entries: int = 0) -> dict:

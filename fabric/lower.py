@@ -21,7 +21,7 @@
 Everything is vectorised over all ranks' ops at once; the Python loop runs once per collective instance, and each
 instance stamps a cached template (key: kind, algorithm, nbytes, group size, root, config; chosen once per key here),
 written into the graph's columns by one C pass at build; the dependencies between ops are merged in C too
-(kernel.op_dependencies). A 64-rank decode step lowers in tens of milliseconds, the 18 M tasks of a 1024-rank one
+(arrays.op_dependencies). A 64-rank decode step lowers in tens of milliseconds, the 18 M tasks of a 1024-rank one
 in 0.4-1 s of CPU (docs/performance.md).
 
 Size conventions: the trace's coll_bytes (docs/trace-format.md, fabric/capture/plan.py) is the buffer for
@@ -36,7 +36,7 @@ import ctypes
 import numpy as np
 
 from fabric import collectives
-from fabric._check_build import kernel
+from fabric._check_build import arrays
 from fabric.errors import TraceError
 from fabric.phy import PS_PER_NS
 from fabric.taskgraph import COMPUTE, GraphBuilder, TaskGraph
@@ -247,7 +247,7 @@ def _builder(trace, cfg, oracle, *, semantics: bool, stream_order: bool) -> Grap
     # ---- dependencies between ops: the trace's, and program order on each (rank, stream), each edge once (in C)
     dep_cnt = np.concatenate([np.diff(t.dep_ptr) for t in tables]) if tables else np.zeros(0, np.int64)
     try:
-        pred, succ, bad = kernel.op_dependencies(n_ops, dep_cnt, _cat(tables, "dep_idx", np.int64), stream,
+        pred, succ, bad = arrays.op_dependencies(n_ops, dep_cnt, _cat(tables, "dep_idx", np.int64), stream,
                                                  stream_order, exit_, entry)
     except ValueError as e:
         raise TraceError(f"the trace's dependency lists are malformed: {e}") from None

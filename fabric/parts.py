@@ -43,9 +43,9 @@ def node_parts(topo: dict, graph: dict) -> tuple[np.ndarray, np.ndarray]:
     lies on a candidate route, in either direction, of a pair of ranks that a transfer of each part uses (a route
     is a chain of channels, so joining each used channel's two ends joins the route's whole node set). ValueError
     if a task is on no rank of the topology."""
-    from fabric._check_build import kernel
+    from fabric._check_build import arrays
     R, n_nodes = int(topo["n_ranks"]), len(topo["node_kind"])
-    pairs, deps = kernel.rank_pairs(graph["kind"], graph["rank"], graph["peer"], graph["succ_ptr"],
+    pairs, deps = arrays.rank_pairs(graph["kind"], graph["rank"], graph["peer"], graph["succ_ptr"],
                                     graph["succ_idx"], R)
     paths = csr_ranges(np.asarray(topo["pair_ptr"]), np.flatnonzero(pairs))
     hops = csr_ranges(np.asarray(topo["path_ptr"]), paths)
@@ -69,8 +69,8 @@ class Plan:
     that only the parts being run hold a copy of their columns. parts are in the order of their first task."""
 
     def __init__(self, graph: dict, part_of_rank: np.ndarray):
-        from fabric._check_build import kernel
-        order, bounds, self._local, self._gx, self._gl, self._n_xf = kernel.part_order(
+        from fabric._check_build import arrays
+        order, bounds, self._local, self._gx, self._gl, self._n_xf = arrays.part_order(
             part_of_rank, graph["rank"], graph["kind"], graph["op"])
         tasks = [order[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
         self.tasks = sorted(tasks, key=lambda t: int(t[0]))
@@ -83,11 +83,11 @@ class Plan:
         theirs, and `xf_flow`, its transfers' flow ids in the whole graph (a transfer's index among the transfer
         tasks; a load's response flow: the number of transfers plus its index among the loads), in the order the
         engine numbers its own: first the transfers, then the loads' responses."""
-        from fabric._check_build import kernel
+        from fabric._check_build import arrays
         g, t = graph, self.tasks[i]
         out = {k: g[k][t] for k in ("kind", "rank", "peer", "stream", "nbytes", "duration_ps", "op", "host_addr")
                if g.get(k) is not None}
-        ptr, idx, flow = kernel.part_csr(g["succ_ptr"], g["succ_idx"], t, self._local, g["kind"], g["op"], self._gx,
+        ptr, idx, flow = arrays.part_csr(g["succ_ptr"], g["succ_idx"], t, self._local, g["kind"], g["op"], self._gx,
                                          self._gl, self._n_xf)
         out.update(n_ranks=g["n_ranks"], succ_ptr=ptr, succ_idx=idx, n_deps=g["n_deps"][t], xf_flow=flow)
         return out

@@ -340,14 +340,14 @@ def e2e_round_trips(cfg, topo):
     payload rate of its distinct first channels or of its distinct last channels, whichever is less."""
     import numpy as np
 
-    from fabric._check_build import kernel
+    from fabric._check_build import arrays
     R_ = int(_arr(topo, "n_ranks"))
     pair_ptr = np.asarray(_arr(topo, "pair_ptr"), np.int64)
     _, flit, T = _channel_timing(cfg, topo)
     rate = cfg.txn.max_payload_bytes / T                 # payload B/ps of each channel at full wire rate
     # per path D = the packet on its slowest hop + a flit per later hop (cut-through) + latencies + nodes crossed,
     # G = latencies + a flit per hop + nodes crossed; per pair the largest over its candidates (one pass in C)
-    Dp, Gp, B = kernel.pair_round_trips(pair_ptr, _arr(topo, "path_ptr"), _arr(topo, "path_ch"),
+    Dp, Gp, B = arrays.pair_round_trips(pair_ptr, _arr(topo, "path_ptr"), _arr(topo, "path_ch"),
                                         np.asarray(_arr(topo, "ch_latency_ps"), np.float64),
                                         np.asarray(_arr(topo, "node_latency_ps"), np.float64), _arr(topo, "ch_dst"),
                                         flit, T, rate)

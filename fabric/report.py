@@ -22,13 +22,13 @@ def critical_path(graph: TaskGraph, start: np.ndarray, end: np.ndarray, groups=N
     being communicated), or to the first one after them when none precedes. groups may also be a function of task
     ids (int64 array) returning their groups: only the path's few thousand tasks are asked (task_layers' `tasks`).
 
-    The walk runs in the kernel extension (report.pxi: each task's last predecessor to end in one pass over the
+    The walk runs in C (fabric._arrays, critical_path.pxi: each task's last predecessor to end in one pass over the
     edges, each stream sorted when the walk first reaches it), which also hands back the path for the split by
     group; critical_path_reference below is the same walk in numpy and Python."""
-    from fabric._check_build import kernel
+    from fabric._check_build import arrays
     if graph.n_tasks == 0:
         return dict(compute_ps=0, comm_ps=0, tasks=0, **({"by_group": {}} if groups is not None else {}))
-    got = kernel.critical_path_walk(graph.succ_ptr, graph.succ_idx, start, end, graph.kind, graph.coll, graph.rank,
+    got = arrays.critical_path_walk(graph.succ_ptr, graph.succ_idx, start, end, graph.kind, graph.coll, graph.rank,
                                     graph.stream, COMPUTE, groups is not None)
     out = dict(compute_ps=int(got[0]), comm_ps=int(got[1]), tasks=int(got[2]))
     if groups is not None:
@@ -140,8 +140,8 @@ def task_layers(graph: TaskGraph, trace, tasks: np.ndarray | None = None) -> np.
 def compute_totals(graph: TaskGraph, n_ranks: int) -> tuple[np.ndarray, int]:
     """(busy_ps, reduce_ps): per rank, the time its model compute tasks (outside collectives) take, float64 (as
     np.bincount's weights would add them); and the time of every local reduction, int. One pass over the tasks."""
-    from fabric._check_build import kernel
-    return kernel.compute_totals(graph.kind, graph.coll, graph.rank, graph.duration_ps, COMPUTE, REDUCE, n_ranks)
+    from fabric._check_build import arrays
+    return arrays.compute_totals(graph.kind, graph.coll, graph.rank, graph.duration_ps, COMPUTE, REDUCE, n_ranks)
 
 
 def collective_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> list[dict]:
@@ -149,8 +149,8 @@ def collective_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> 
     instance starting to its last task ending."""
     if not graph.coll_meta:
         return []
-    from fabric._check_build import kernel
-    first, last = kernel.collective_spans(graph.coll, start, end, len(graph.coll_meta))
+    from fabric._check_build import arrays
+    first, last = arrays.collective_spans(graph.coll, start, end, len(graph.coll_meta))
     lat_us = (last - first) / 1e6
     groups: dict[tuple, list[float]] = {}
     for i, m in enumerate(graph.coll_meta):

@@ -23,7 +23,7 @@ from collections import Counter, deque
 
 import numpy as np
 
-from fabric._check_build import kernel
+from fabric._check_build import arrays
 from fabric.errors import RoutingError
 from fabric.taskgraph import csr_ranges
 from fabric.topology import Topology
@@ -74,7 +74,7 @@ def _router_candidates(topo: Topology, datelines: bool):
     lanes, width = mesh_lanes(topo)
 
     # per router and direction (2 * dim + (step < 0)) the lane channels to its neighbour there; the loop over
-    # router pairs runs in the kernel extension (manager.pxi), ~100x the pure-Python loop it replaces
+    # router pairs runs in the array passes' extension (route_tables.pxi), ~100x the pure-Python loop it replaces
     nb_n = np.zeros((S, 6), dtype=np.int32)
     nb_ch = np.full((S, 6, width), -1, dtype=np.int32)
     for r in range(S):
@@ -86,7 +86,7 @@ def _router_candidates(topo: Topology, datelines: bool):
                 chs = lanes.get((int(nodes[r]), int(nodes[c[0] + X * (c[1] + Y * c[2])])), [])
                 nb_n[r, 2 * dim + (step < 0)] = len(chs)
                 nb_ch[r, 2 * dim + (step < 0), :len(chs)] = chs
-    return kernel.dor_router_candidates(X, Y, Z, tuple(bool(w) for w in wrap), bool(datelines), nb_ch, nb_n, width)
+    return arrays.dor_router_candidates(X, Y, Z, tuple(bool(w) for w in wrap), bool(datelines), nb_ch, nb_n, width)
 
 
 def _route_dor(topo: Topology, datelines: bool) -> None:
@@ -96,9 +96,9 @@ def _route_dor(topo: Topology, datelines: bool) -> None:
     N = topo.rank_ports
     # pair (s, d) has lcm(m, N) paths (m router candidates, N ports per rank; none when s == d); path j: router
     # candidate start[ab] + (j + s + d) % m between an up port (j + d) % N and a down port (j + s) % N, VC level 0
-    # on those two hops (the loops over pairs and paths run in manager.pxi)
+    # on those two hops (the loops over pairs and paths run in route_tables.pxi)
     up, down = _attach_ports(topo, N) if N > 0 else (None, None)
-    pair_ptr, path_ptr, path_ch, path_vcl = kernel.dor_expand_paths(R, S, topo.rank_router, N, cnt, start, cptr, cch,
+    pair_ptr, path_ptr, path_ch, path_vcl = arrays.dor_expand_paths(R, S, topo.rank_router, N, cnt, start, cptr, cch,
                                                                     cvcl, up, down)
     topo.pair_ptr, topo.path_ptr, topo.path_ch, topo.path_vcl = pair_ptr, path_ptr, path_ch, path_vcl
 
@@ -296,7 +296,7 @@ def dependency_edges(topo: Topology) -> np.ndarray:
     ascending order: consecutive hops of every path (one pass in C over ~15 M route entries at 1024 ranks)."""
     L = max(topo.vc_levels, 1)
     nv = topo.n_channels * L
-    key = kernel.route_dependencies(topo.path_ptr, topo.path_ch, topo.path_vcl, L, topo.n_channels)
+    key = arrays.route_dependencies(topo.path_ptr, topo.path_ch, topo.path_vcl, L, topo.n_channels)
     return np.stack(np.divmod(key, nv), axis=1)
 
 

@@ -218,10 +218,11 @@ def estimate(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
     """The size of a run before it starts, from the task graph and the routes: packets (max-payload data packets,
     plus read requests), packet_hops (packets x hops of the pair's first route), events, memory_mb (topology, graph,
     per-pair end-to-end state, per-transfer state, full link buffers) and seconds (at EVENTS_PER_S)."""
+    from fabric._check_build import arrays
     t, g = as_arrays(topo), as_arrays(graph)
     R = int(t["n_ranks"])
     routed = "pair_ptr" in t and t.get("path_ptr") is not None
-    packets, packet_hops, xfer_B, n_xfer, busy_ps = kernel.transfer_load(
+    packets, packet_hops, xfer_B, n_xfer, busy_ps = arrays.transfer_load(
         g["kind"], g["op"], g["nbytes"], g["rank"], g["peer"], g["duration_ps"], t["pair_ptr"] if routed else None,
         t.get("path_ptr"), R, cfg.txn.max_payload_bytes, cfg.txn.max_read_request_bytes)
     n_tasks = len(g["kind"])

@@ -138,8 +138,8 @@ class TaskGraph:
     def predecessors_csr(self) -> tuple[np.ndarray, np.ndarray]:
         """Predecessor CSR (ptr int64[n+1], idx int64) for engines that walk backwards: each task's predecessors in
         ascending order (a stable sort of the edges by successor), transposed in C."""
-        from fabric._check_build import kernel
-        return kernel.csr_transpose(self.succ_ptr, self.succ_idx, self.n_tasks)
+        from fabric._check_build import arrays
+        return arrays.csr_transpose(self.succ_ptr, self.succ_idx, self.n_tasks)
 
     def topo_levels(self) -> np.ndarray:
         """Level of every task (0 = no predecessors; otherwise 1 + the deepest predecessor's). Raises GraphError
@@ -290,7 +290,7 @@ class _Tasks:
 
 class _Stamp:
     """m copies of a fragment stamped on the rows of `ranks` (add_fragments), written into the graph's columns only
-    at build, in one C pass (kernel.stamp_fragment): no per-call blocks to concatenate and no per-column
+    at build, in one C pass (arrays.stamp_fragment): no per-call blocks to concatenate and no per-column
     temporaries (the address column's arithmetic alone took 1.4 GB at 1024 ranks)."""
 
     def __init__(self, frag: Fragment, ranks: np.ndarray, streams: np.ndarray, first: int, cid0: int,
@@ -300,16 +300,16 @@ class _Stamp:
         self.size = self.m * frag.n_tasks
 
     def fill(self, cols: dict, lo: int) -> None:
-        from fabric._check_build import kernel
+        from fabric._check_build import arrays
         f = self.frag
         apeer, aoff, window = self.addr
-        kernel.stamp_fragment(tuple(cols[k] for k in _TASK_COLUMNS), lo, f.task_kind, f.rank, f.peer, f.stream,
+        arrays.stamp_fragment(tuple(cols[k] for k in _TASK_COLUMNS), lo, f.task_kind, f.rank, f.peer, f.stream,
                               f.task_nbytes, f.duration_ps, f.op, apeer, aoff, self.ranks, self.streams, self.cid0,
                               window)
 
     @property
     def edges(self) -> tuple:
-        """The fragment's edges and where its copies start (kernel.csr_of_blocks expands them)."""
+        """The fragment's edges and where its copies start (arrays.csr_of_blocks expands them)."""
         return self.frag.edge_src, self.frag.edge_dst, self.first, self.m, self.frag.n_tasks
 
 
@@ -459,11 +459,11 @@ class GraphBuilder:
         cols = {k: np.empty(n, dt) for k, (dt, _) in _TASK_COLUMNS.items()}
         _fill_blocks(self._blocks, cols)
         self._blocks.clear()
-        from fabric._check_build import kernel
+        from fabric._check_build import arrays
         # a counting sort in C over the edge blocks (stamped fragments expanded there, never as arrays): each
         # task's successors in edge order, as a stable sort by predecessor would give
         try:
-            succ_ptr, succ_idx, n_deps = kernel.csr_of_blocks([blk.edges for blk in self._edges], n)
+            succ_ptr, succ_idx, n_deps = arrays.csr_of_blocks([blk.edges for blk in self._edges], n)
         except ValueError as e:
             raise GraphError(str(e)) from None
         self._edges.clear()

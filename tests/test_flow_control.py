@@ -197,7 +197,7 @@ def test_analytic_engine_ignores_flow_control(credit, replay, window):
 
 def _round_trips_numpy(pair_ptr, path_ptr, path_ch, lat, node_lat, dst, flit, T, rate):
     """The per-pair D, G and B of fabric.phy.e2e_round_trips written in numpy (reduceat, bincount): the definition
-    kernel.pair_round_trips must match bit for bit."""
+    arrays.pair_round_trips must match bit for bit."""
     lens = np.diff(path_ptr)
     ok = lens > 0
     starts = path_ptr[:-1][ok]
@@ -228,7 +228,7 @@ def _round_trips_numpy(pair_ptr, path_ptr, path_ch, lat, node_lat, dst, flit, T,
 def test_pair_round_trips_is_the_numpy_formula_bit_for_bit(pairs, times, seed):
     """Paths of 0 to 150 hops (numpy's pairwise sums change shape at 8 and 128 terms), pairs of 0 to 4 candidates,
     fractional channel times: the C pass gives numpy's floats exactly (flow control is rounded from them)."""
-    from fabric._check_build import kernel
+    from fabric._check_build import arrays
     rng = np.random.default_rng(seed)
     paths = [p for pair in pairs for p in pair]
     pair_ptr = np.r_[0, np.cumsum([len(pair) for pair in pairs])].astype(np.int64)
@@ -238,5 +238,5 @@ def test_pair_round_trips_is_the_numpy_formula_bit_for_bit(pairs, times, seed):
     flit, lat = T * rng.uniform(0.01, 2.0, 6), rng.uniform(0.0, 5e4, 6)
     node_lat, dst = rng.uniform(0.0, 3e5, 4), rng.integers(0, 4, 6).astype(np.int32)
     args = (pair_ptr, path_ptr, path_ch, lat, node_lat, dst, flit, T, 4096.0 / T)
-    for got, want in zip(kernel.pair_round_trips(*args), _round_trips_numpy(*args)):
+    for got, want in zip(arrays.pair_round_trips(*args), _round_trips_numpy(*args)):
         assert got.tobytes() == want.tobytes()

@@ -158,8 +158,8 @@ def test_estimate_matches_measured_packets():
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1), st.integers(-5, 1 << 40), st.integers(0, 15),
                           st.integers(-1, 15), st.integers(-9, 10 ** 6)), min_size=1, max_size=40))
 def test_transfer_load_is_the_estimate_formula(tasks):
-    """The estimate's one pass in C (kernel.transfer_load) gives the formula it states, written in numpy."""
-    from fabric._check_build import kernel
+    """The estimate's one pass in C (arrays.transfer_load) gives the formula it states, written in numpy."""
+    from fabric._check_build import arrays
     from fabric.network import shared
     topo = shared(load_config(preset="mesh-4x4x4"))
     kind, op, nb, rank, peer, dur = (np.array(c) for c in zip(*tasks))
@@ -169,9 +169,9 @@ def test_transfer_load_is_the_estimate_formula(tasks):
     pk = np.ceil(b / pay) + np.where(op[x] == 1, np.ceil(b / mrrs), 0.0)
     first = topo.pair_ptr[np.clip(rank[x], 0, R - 1) * R + np.clip(peer[x], 0, R - 1)]
     hops = np.maximum(pp[first + 1] - pp[first], 1)
-    got = kernel.transfer_load(kind, op, nb, rank, peer, dur, topo.pair_ptr, pp, R, pay, mrrs)
+    got = arrays.transfer_load(kind, op, nb, rank, peer, dur, topo.pair_ptr, pp, R, pay, mrrs)
     assert got == (pk.sum(), (pk * hops).sum(), b.sum(), int(x.sum()), float(np.maximum(dur, 0).sum()))
-    unrouted = kernel.transfer_load(kind, op, nb, rank, peer, dur, None, None, R, pay, mrrs)
+    unrouted = arrays.transfer_load(kind, op, nb, rank, peer, dur, None, None, R, pay, mrrs)
     assert unrouted[1] == pk.sum()
 
 

@@ -90,7 +90,7 @@ def test_stream_order():
 
 
 def _edges_by_sort(n_ops, dep_cnt, dep_idx, stream, stream_order):
-    """The dependency edges between ops as the lowering defined them before kernel.op_dependencies: the trace's
+    """The dependency edges between ops as the lowering defined them before arrays.op_dependencies: the trace's
     edges plus program order per (rank, stream) from a lexsort, merged by np.unique of pred * G + succ."""
     G = len(stream)
     off = np.r_[0, np.cumsum(n_ops)]
@@ -110,17 +110,17 @@ def _edges_by_sort(n_ops, dep_cnt, dep_idx, stream, stream_order):
                                    st.lists(st.integers(0, 12), max_size=4)), max_size=12), min_size=1, max_size=5),
        st.booleans(), st.sampled_from([False, False, True]))
 def test_op_dependencies_merge_as_a_sort_would(ranks, stream_order, spill):
-    """kernel.op_dependencies (the trace's dependencies and program order per stream, each edge once, by predecessor
+    """arrays.op_dependencies (the trace's dependencies and program order per stream, each edge once, by predecessor
     then successor) gives exactly the edges of a lexsort and np.unique, and names the first op whose dependency
     falls outside its rank's table (spill: dependencies may name an op past the table's end)."""
-    from fabric._check_build import kernel
+    from fabric._check_build import arrays
     n_ops = np.array([len(r) for r in ranks], np.int64)
     stream = np.array([s for r in ranks for s, _ in r], np.int32)
     dep_cnt = np.array([len(d) for r in ranks for _, d in r], np.int64)
     dep_idx = np.array([j if spill else j % len(r) for r in ranks for _, d in r for j in d], np.int64)
     G = len(stream)
     exit_, entry = np.arange(G) * 3 + 1, np.arange(G) * 3 + 2           # ops' own task ids
-    pred, succ, bad = kernel.op_dependencies(n_ops, dep_cnt, dep_idx, stream, stream_order, exit_, entry)
+    pred, succ, bad = arrays.op_dependencies(n_ops, dep_cnt, dep_idx, stream, stream_order, exit_, entry)
     own = np.repeat(n_ops, n_ops)
     outside = np.repeat(np.arange(G), dep_cnt)[dep_idx >= np.repeat(own, dep_cnt)]
     if len(outside):

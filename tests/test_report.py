@@ -46,7 +46,7 @@ def test_split_by_group_follows_the_compiled_walk_through_ties():
 
 
 def test_compiled_walk_matches_the_reference_on_replayed_steps():
-    """The kernel extension's walk (report.pxi) and the numpy/Python definition agree on real runs, both engines."""
+    """The compiled walk (critical_path.pxi) and the numpy/Python definition agree on real runs, both engines."""
     from fabric import sim
     from fabric.config import load_config
     from fabric.lower import lower
@@ -148,11 +148,11 @@ def test_compiled_walk_is_the_reference_walk_on_random_runs(data):
 def test_collective_spans_and_compute_totals_are_the_numpy_definitions(data):
     """collective_summary's spans (first start, last end per instance) and replay's per-rank compute and reduce
     totals, each one C pass, equal np.minimum.at / np.maximum.at and np.bincount over masks, bit for bit."""
-    from fabric._check_build import kernel
+    from fabric._check_build import arrays
     from fabric.report import compute_totals
     from fabric.taskgraph import REDUCE
     g, start, end = _random_run(data)
-    first, last = kernel.collective_spans(g.coll, start, end, 4)
+    first, last = arrays.collective_spans(g.coll, start, end, 4)
     want_first, want_last = np.full(4, np.iinfo(np.int64).max), np.zeros(4, np.int64)
     m = g.coll >= 0
     np.minimum.at(want_first, g.coll[m], start[m])
@@ -166,12 +166,12 @@ def test_collective_spans_and_compute_totals_are_the_numpy_definitions(data):
 
 def test_report_helpers_refuse_ids_out_of_range():
     """A collective instance or a rank beyond the tables is a ValueError, not a write outside them."""
-    from fabric._check_build import kernel
+    from fabric._check_build import arrays
     b = GraphBuilder(2)
     b.add_tasks(COMPUTE, [0, 1], stream=0, duration_ps=[1, 2], coll=[-1, 1])
     g = b.build()
     t = np.array([0, 1])
     with pytest.raises(ValueError, match="instance 1 of 1"):
-        kernel.collective_spans(g.coll, t, t, 1)
+        arrays.collective_spans(g.coll, t, t, 1)
     with pytest.raises(ValueError, match="rank 1"):
-        kernel.compute_totals(g.kind, np.array([-1, -1], np.int32), g.rank, g.duration_ps, COMPUTE, 2, 1)
+        arrays.compute_totals(g.kind, np.array([-1, -1], np.int32), g.rank, g.duration_ps, COMPUTE, 2, 1)

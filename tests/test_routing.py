@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabric import routing
+from fabric._arrays import route_dependencies
 from fabric._kernel import kernel
 from fabric.config import load_config, preset_names
 from fabric.errors import RoutingError
@@ -273,7 +274,7 @@ def test_bad_method_names():
 # ---------------------------------------------------------------- compiled dimension order vs its Python definition
 
 def reference_router_candidates(topo, datelines: bool):
-    """The pure-Python loop routing._router_candidates ran before it moved into the kernel extension (manager.pxi):
+    """The pure-Python loop routing._router_candidates ran before it moved into C (route_tables.pxi, fabric._arrays):
     the definition the compiled tables are checked against."""
     dims, wrap, nodes = topo.mesh_dims, topo.mesh_wrap, topo.mesh_nodes
     X, Y, Z = dims
@@ -334,7 +335,7 @@ def reference_router_candidates(topo, datelines: bool):
                                          ("torus-4x4x4", "2x5x1"), ("sd200", None), ("sd200-128", None)])
 @pytest.mark.parametrize("datelines", [True, False])
 def test_compiled_router_candidates_match_the_python_definition(preset, dims, datelines):
-    """manager.pxi's loop over router pairs gives the tables of the Python loop it replaced, ties and datelines
+    """route_tables.pxi's loop over router pairs gives the tables of the Python loop it replaced, ties and datelines
     included."""
     cfg = load_config(preset=preset, overrides={"topology.mesh_dims": dims} if dims else None)
     from fabric.topology import BUILDERS
@@ -349,7 +350,7 @@ def test_compiled_router_candidates_match_the_python_definition(preset, dims, da
 @given(st.lists(st.lists(st.tuples(st.integers(0, 99), st.integers(0, 1)), max_size=6), max_size=30),
        st.sampled_from([100, 40_000]), st.integers(1, 2))
 def test_route_dependencies_marked_or_sorted_are_the_distinct_hop_pairs(paths, n_ch, levels):
-    """kernel.route_dependencies gives every distinct (hop, next hop) key, ascending, whether it marks bits (nv^2 <=
+    """route_dependencies gives every distinct (hop, next hop) key, ascending, whether it marks bits (nv^2 <=
     2^30) or sorts the keys (40,000 channels: nv^2 > 2^30); channel ids spread over the whole range."""
     scale = n_ch // 100
     ch = np.array([c * scale for p in paths for c, _ in p], np.int32)
@@ -358,4 +359,4 @@ def test_route_dependencies_marked_or_sorted_are_the_distinct_hop_pairs(paths, n
     nv = n_ch * levels
     keys = {(int(ch[h]) * levels + int(vcl[h])) * nv + int(ch[h + 1]) * levels + int(vcl[h + 1])
             for p in range(len(paths)) for h in range(ptr[p], ptr[p + 1] - 1)}
-    assert kernel.route_dependencies(ptr, ch, vcl, levels, n_ch).tolist() == sorted(keys)
+    assert route_dependencies(ptr, ch, vcl, levels, n_ch).tolist() == sorted(keys)

@@ -112,11 +112,11 @@ def test_fragment_templates_are_cached_and_read_only():
     st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=200))))
 def test_csr_by_source_is_a_stable_sort_by_predecessor(case):
     """GraphBuilder.build's counting sort in C gives what np.argsort(pred, kind="stable") gives."""
-    from fabric._check_build import kernel
+    from fabric._check_build import arrays
     n, edges = case
     pred = np.array([p for p, _ in edges], np.int32)
     succ = np.array([s for _, s in edges], np.int32)
-    ptr, idx, deps = kernel.csr_by_source(pred, succ, n)
+    ptr, idx, deps = arrays.csr_by_source(pred, succ, n)
     assert np.array_equal(idx, succ[np.argsort(pred, kind="stable")])
     assert np.array_equal(ptr, np.r_[0, np.cumsum(np.bincount(pred, minlength=n))])
     assert np.array_equal(deps, np.bincount(succ, minlength=n))
@@ -207,8 +207,8 @@ def test_builder_writes_what_the_blocks_say(script, window, threads):
 
 
 def test_stamping_refuses_positions_outside_the_group_and_short_columns():
-    """kernel.stamp_fragment checks what it is given before writing (no write outside the graph's columns)."""
-    from fabric._check_build import kernel
+    """arrays.stamp_fragment checks what it is given before writing (no write outside the graph's columns)."""
+    from fabric._check_build import arrays
     from fabric.taskgraph import _TASK_COLUMNS
     cols = tuple(np.empty(4, dt) for dt, _ in _TASK_COLUMNS.values())
     one = np.zeros(2, np.int64)
@@ -217,8 +217,8 @@ def test_stamping_refuses_positions_outside_the_group_and_short_columns():
                 f_apeer=-one, f_aoff=one)
     args = lambda **kw: tuple({**frag, **kw}.values())  # noqa: E731
     with pytest.raises(ValueError, match="group position"):
-        kernel.stamp_fragment(cols, 0, *args(), ranks, streams, 0, 0)
+        arrays.stamp_fragment(cols, 0, *args(), ranks, streams, 0, 0)
     with pytest.raises(ValueError, match="do not fit"):
-        kernel.stamp_fragment(cols, 3, *args(f_rank=one), ranks, streams, 0, 0)
-    kernel.stamp_fragment(cols, 2, *args(f_rank=np.array([1, 0]), f_peer=np.array([0, -1])), ranks, streams, 7, 0)
+        arrays.stamp_fragment(cols, 3, *args(f_rank=one), ranks, streams, 0, 0)
+    arrays.stamp_fragment(cols, 2, *args(f_rank=np.array([1, 0]), f_peer=np.array([0, -1])), ranks, streams, 7, 0)
     assert cols[1][2:].tolist() == [6, 5] and cols[2][2:].tolist() == [5, -1] and cols[7][2:].tolist() == [7, 7]

@@ -4,10 +4,12 @@
 # One extension, one C translation unit: the rooms below are include files (textual inclusion, so every inline
 # function stays inline across rooms and GCC sees the whole event path at once), and types.pxd is the contract
 # they share (every struct, enum and typedef). This file holds the includes and Engine, the Python-facing owner of
-# the state. Each room opens with what it models and which records of types.pxd it uses.
+# the state. Each room opens with what it models and which records of types.pxd it uses. The array passes that
+# touch no simulation state (route tables, task-graph CSRs, the critical path) are the other extension's,
+# fabric._arrays (pyx/fabric/_arrays.pyx).
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memset, memcpy, memmove
-from libc.math cimport log, log1p, expm1, ceil, INFINITY
+from libc.string cimport memset, memcpy
+from libc.math cimport log, log1p, expm1
 from posix.mman cimport madvise, MADV_DONTNEED, MADV_NOHUGEPAGE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, INT64_MAX
 cimport numpy as cnp
@@ -42,9 +44,7 @@ include "sample.pxi"     # link counter sampling into a bounded ring, for timeli
 include "loop.pxi"       # the event loop (c_run) and its look-ahead prefetches
 include "setup.pxi"      # Engine's set-up steps: dicts of numpy arrays -> SimC
 include "faults.pxi"     # permanent faults: dead channels, lost lanes, route changes and flow rewinds
-include "manager.pxi"    # fabric manager's route tables (dimension order), for fabric/routing.py
-include "report.pxi"     # after a run: the critical path (fabric/report.py), what a stuck run waits for
-include "graph.pxi"      # task-graph construction (CSR of the edges), for fabric/taskgraph.py
+include "waits.pxi"      # after a stuck run: every queue's head, the cycle of credit waits among them
 
 
 # ================================================================== Python-facing owner of the state

@@ -1,8 +1,9 @@
-# ================================================================== manager: route tables for the fabric manager
+# ================================================================== route tables: for the fabric manager
 # The loops of fabric/routing.py's dimension-order routing that run once per router pair or per route entry
-# (262 k router pairs on an 8x8x8 mesh, ~15 M route entries at 1024 ranks), in C. Pure functions of numpy
-# arrays, with the GIL, used before any Engine exists; they touch no SimC. The Python reference is the docstring of
-# each function; fabric/routing.py keeps the definitions of what a route is.
+# (262 k router pairs on an 8x8x8 mesh, ~15 M route entries at 1024 ranks), the routes' channel dependencies (the
+# deadlock-freedom proof), and fabric/phy.py's per-pair round trips over the routes (flow control's window sizing),
+# in C. Pure functions of numpy arrays, with the GIL, used before any Engine exists. The Python reference is the
+# docstring of each function; fabric/routing.py keeps the definitions of what a route is.
 
 cdef inline int32_t dim_options(int32_t k, int64_t delta, bint wrap, int32_t* step, int32_t* steps) noexcept:
     """The ways along one dimension from coordinate c to c + delta: (direction, hops) into step/steps; returns how
