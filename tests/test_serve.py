@@ -72,3 +72,15 @@ def test_interpolated_steps_match_direct_simulation():
         got = sm.step(dec + pre, dec * ctx, pairs, prefill=pre, prompts=1 if pre else 0)[0]
         want = sm.direct(dec, ctx, pre, prefix + (pre + 1) / 2, prefix + pre)
         assert got == pytest.approx(want, rel=0.03), (dec, ctx, pre, prefix)
+
+
+def test_golden_small_run():
+    """A small run under KV pressure (12 preemptions) on toy-mla with data-parallel attention: its figures as they
+    were when recorded. A change to the scheduler, the step model or the engines moves them; rewrite them in the
+    same commit with the reason."""
+    r = serve(model="toy-mla", plan="attn=dp,ep=8", workload="poisson:rate=100000,in=uniform:20-60,out=uniform:20-60",
+              requests=60, seed=11, token_budget=128, max_seqs=16, kv_fraction=1.3e-6)
+    assert (r["finished"], r["steps"], r["preemptions"], r["memory"]["kv_tokens_per_group"]) == (60, 64, 12, 450)
+    assert r["ttft_ms"]["p50"] == pytest.approx(0.3688585891893626, rel=1e-9)
+    assert r["tpot_ms"]["p50"] == pytest.approx(0.18703976784165505, rel=1e-9)
+    assert r["output_tokens_per_s"] == pytest.approx(206101.07749817736, rel=1e-9)
