@@ -1,5 +1,5 @@
 """In-switch reduction and multicast (NVLS class): the switch capability, the kernel's in-switch legs (docs/kernel.md
-§In-switch reduction and multicast; pyx/fabric/_kernel/setup.pxi switch_leg, executor.pxi analytic_oneway) and the
+§In-switch reduction and multicast; pyx/fabric/_kernel/transfers.pxi switch_leg, executor.pxi analytic_oneway) and the
 nccl-like library's nvls / nvls_tree / symmetric algorithms (fabric/collectives/nvls.py)."""
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ include "endpoint.pxi"   # transaction layer: packet pool, carving, tags, end-to
 include "executor.pxi"   # task graph, analytic engine
 include "sample.pxi"     # link counter sampling into a bounded ring, for timelines
 include "loop.pxi"       # the event loop (c_run) and its look-ahead prefetches
-include "setup.pxi"      # Engine's set-up steps: dicts of numpy arrays -> SimC
+include "transfers.pxi"  # transfer records: built at set-up or at issue, released once done, their paths and grants
+include "init.pxi"       # Engine's set-up steps, run once: dicts of numpy arrays -> SimC
 include "faults.pxi"     # permanent faults: dead channels, lost lanes, route changes and flow rewinds
 include "waits.pxi"      # after a stuck run: every queue's head, the cycle of credit waits among them
 

@@ -326,7 +326,7 @@ cdef struct CvC:               # per (channel, VC): credits at the sender, buffe
     int64_t occ                # flits held in the receive buffer
 
 # ------------------------------------------------------------------ the whole simulation state
-# One record owns everything the event loop touches; Engine (kernel.pyx) holds it and its set-up (setup.pxi) fills
+# One record owns everything the event loop touches; Engine (kernel.pyx) holds it and its set-up (init.pxi) fills
 # it. Arrays are C arrays: allocated by the kernel, or the buffers of numpy arrays that Engine keeps alive.
 cdef struct SimC:
     HeapC heap                     # the event queue (events.pxi)
