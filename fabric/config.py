@@ -1,68 +1,35 @@
-"""Every model parameter, in one module: unit, default, help text and the reason for the default.
+"""Every model parameter: unit, default, help text and the reason for the default.
 
-A parameter is a field of a frozen dataclass section; its metadata carries the unit, the allowed range and the help
-text, from which validation, `--set section.key=value` overrides and the CLI help are derived. Presets are TOML files
-in fabric/presets/ that override defaults section by section.
+A parameter is a field of a frozen dataclass section (fabric.params); its metadata carries the unit, the allowed
+range and the help text, from which validation, `--set section.key=value` overrides and the CLI help are derived.
+The sections are declared here, except the parameters of one topology kind, which its module in fabric/topologies/
+declares with its builder: they form the sub-section [topology.<kind>] (`--set topology.hgx.switch_planes=4`). The
+collective libraries' own parameters are the sub-sections [collectives.sd200] and [collectives.nccl_like]. Presets
+are TOML files in fabric/presets/ that override defaults section by section.
+
+A key that moved into a sub-section keeps its old flat name for one release (`was=` in its metadata): reading it
+prints one deprecation line per key and process and sets the new key.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import math
-import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fabric import topologies
 from fabric.errors import ConfigError
+from fabric.params import Section, param, range_text, subsection
 from fabric.phy import packet_flits
 
 
-def param(default, *, unit: str, help: str, reason: str, lo=None, hi=None, lo_open=False, hi_open=False,
-          choices=None):
-    """A config field: `help` says what it is, `reason` why the default is what it is."""
-    meta = dict(unit=unit, help=help, reason=reason, lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open,
-                choices=choices)
-    return field(default=default, metadata=meta)
-
-
-def _range_text(m: dict, default=None) -> str:
-    if m["choices"]:
-        return "one of " + ", ".join(map(str, m["choices"]))
-    if isinstance(default, bool):
-        return "true | false"
-    if isinstance(default, str):
-        return "text"
-    lo = "(" if m["lo_open"] else "["
-    hi = ")" if m["hi_open"] else "]"
-    return f"{lo}{m['lo'] if m['lo'] is not None else '-inf'}, {m['hi'] if m['hi'] is not None else 'inf'}{hi}"
-
-
-class _Section:
-    """Validation shared by every section: types and ranges from field metadata."""
-
-    def validate(self, prefix: str) -> None:
-        for f in dataclasses.fields(self):
-            m, v, name = f.metadata, getattr(self, f.name), f"{prefix}.{f.name}"
-            if m.get("choices"):
-                if v not in m["choices"]:
-                    raise ConfigError(f"{name}={v!r} is not allowed; use {_range_text(m)}")
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                continue
-            bad = (isinstance(v, float) and not math.isfinite(v))
-            if m.get("lo") is not None:
-                bad |= v <= m["lo"] if m["lo_open"] else v < m["lo"]
-            if m.get("hi") is not None:
-                bad |= v >= m["hi"] if m["hi_open"] else v > m["hi"]
-            if bad:
-                raise ConfigError(f"{name}={v!r} is out of range; allowed {_range_text(m)} {m['unit']}")
-
-
 @dataclass(frozen=True)
-class PhyConfig(_Section):
+class PhyConfig(Section):
     """Physical layer, per unidirectional channel."""
     lanes: int = param(8, unit="lanes", lo=1, hi=64, help="SerDes lanes per port and direction",
                        reason="x8 ports at 64 Gb/s give 64 GB/s per direction, the bandwidth of the credit sizing "
@@ -125,7 +92,7 @@ class PhyConfig(_Section):
 
 
 @dataclass(frozen=True)
-class LinkConfig(_Section):
+class LinkConfig(Section):
     """Data-link layer: sequence numbers, Ack/Nak, go-back-N replay and credit-based flow control."""
     seq_bits: int = param(12, unit="bits", lo=2, hi=30, help="width of the wrapping sequence number",
                           reason="PCIe's 12-bit sequence numbers (docs/sources.md §Protocol standards)")
@@ -189,7 +156,7 @@ class LinkConfig(_Section):
 
 
 @dataclass(frozen=True)
-class TransactionConfig(_Section):
+class TransactionConfig(Section):
     """Transaction layer: load/store packets."""
     header_bytes: int = param(16, unit="B", lo=0, hi=256, help="transaction header per packet",
                               reason="a 4-DW PCIe-class header with a 64-bit address")
@@ -202,7 +169,7 @@ class TransactionConfig(_Section):
 
 
 @dataclass(frozen=True)
-class SimConfig(_Section):
+class SimConfig(Section):
     """Simulation control."""
     seed: int = param(1, unit="seed", lo=0, hi=2**63 - 1, help="seed of every random stream (per-link RNGs)",
                       reason="fixed so that runs are reproducible bit for bit")
@@ -228,7 +195,7 @@ class SimConfig(_Section):
 
 
 @dataclass(frozen=True)
-class SwitchConfig(_Section):
+class SwitchConfig(Section):
     """Fabric switches: virtual-output-queued, cut-through."""
     latency_ns: float = param(100.0, unit="ns", lo=0, hi=1e7,
                               help="port-to-port cut-through pipeline latency of a fabric switch",
@@ -246,7 +213,7 @@ class SwitchConfig(_Section):
 
 
 @dataclass(frozen=True)
-class EndpointConfig(_Section):
+class EndpointConfig(Section):
     """Accelerator-side costs of a transaction, outside the links and switches."""
     issue_ns: float = param(60.0, unit="ns", lo=0, hi=1e7,
                             help="from a core's store or load to its first byte at the fabric port (on-chip NoC)",
@@ -300,108 +267,120 @@ class EndpointConfig(_Section):
 
 
 @dataclass(frozen=True)
-class TopologyConfig(_Section):
-    """Which fabric to build; builders and presets live in fabric/topology.py and fabric/presets/."""
-    kind: str = param("sd200", unit="choice",
-                      choices=("sd200", "accel_mesh", "accel_torus", "scaleout_roce", "hgx", "link"),
-                      help="topology builder (hgx: hosts with parallel switch planes and rail-aligned NICs)",
+class _TopologyShared(Section):
+    """Which fabric to build, and the keys every kind reads; a kind's own parameters are its sub-section
+    [topology.<kind>], declared with its builder in fabric/topologies/ (presets: fabric/presets/)."""
+    kind: str = param("sd200", unit="choice", choices=tuple(topologies.KINDS),
+                      help="topology builder, one module of fabric/topologies/ each: "
+                           + "; ".join(f"{k.name}: {k.help}" for k in topologies.KINDS.values()),
                       reason="the SD200-class host-domain 3D mesh is the reference system")
-    switch_mesh_dims: str = param("2x2x2", unit="switches", help="sd200: 3D mesh of host-domain switches, XxYxZ "
-                                  "(one fabric switch per host domain; host domains = X*Y*Z)",
-                                  reason="8 host domains (docs/sources.md §SD200 system: 8x address space) joined in "
-                                         "a 3D mesh form a 2x2x2 cube")
     accels_per_domain: int = param(8, unit="accelerators", lo=1, hi=64,
-                                   help="accelerators per host domain (also per scale-out host)",
+                                   help="accelerators per host domain (behind one domain switch or in one host; "
+                                        "on an accelerator mesh, the address map's domains)",
                                    reason="8 OAM modules per host, as in 8-way servers; 8 x 8 = 64 "
                                           "(docs/sources.md §SD200 system)")
     ports_per_accel: int = param(2, unit="ports", lo=1, hi=1024,
-                                 help="sd200/scaleout/hgx: parallel ports from each accelerator to its domain "
-                                      "switch (hgx: in all, spread over the switch planes)",
+                                 help="parallel ports from each accelerator to its domain switch, where accelerators "
+                                      "hang off switches (hgx: in all, spread over the switch planes)",
                                  reason="2 x8 ports give 128 GB/s per direction and survive one failed port "
                                         "(docs/sources.md §SD200 system: fault pre-isolation); not published [E]")
-    links_per_neighbor: int = param(2, unit="links", lo=1, hi=16,
-                                    help="parallel links between neighbouring mesh switches (sd200) or "
-                                         "neighbouring accelerators (accel_mesh/torus)",
-                                    reason="2 links between neighbouring domain switches: 8x2 accelerator ports + "
-                                           "6x2 mesh ports = 28 ports fit a 32-port x8 switch; not published [E]")
-    mesh_dims: str = param("4x4x4", unit="accelerators", help="accel_mesh/accel_torus: accelerator mesh XxYxZ",
-                           reason="64 accelerators in a 4x4x4 mesh, the other reading of the SD200's 3D mesh "
-                                  "(docs/sources.md §SD200 system)")
-    wrap: bool = param(False, unit="flag", help="accel_mesh: close every dimension of size >= 3 into a ring (torus); "
-                                            "accel_torus always wraps",
-                       reason="the SD200 is described as a mesh, not a torus (docs/sources.md §SD200 system)")
-    accel_router_ns: float = param(100.0, unit="ns", lo=0, hi=1e7,
-                                   help="accel_mesh/accel_torus: cost of crossing an accelerator's embedded router "
-                                        "(its node_latency_ps; paid only where a packet is forwarded)",
-                                   reason="an embedded router costs what a fabric switch pipeline does (100 ns)")
-    spares: int = param(0, unit="accelerators", lo=0, hi=1024,
-                        help="sd200: spare accelerators beyond the X*Y*Z*accels_per_domain that serve, spread round "
-                             "robin over the domain switches (spare k on sw(k mod domains), ranks after the serving "
-                             "ones); they run nothing until a serving rank is cut off and migrated (--migrate)",
-                        reason="the SD200 keeps serving through failures by task migration (docs/sources.md §SD200 "
-                               "system), which needs somewhere to migrate to; how many spares it keeps is not "
-                               "published [E], so none unless asked")
     accel_mem_gib: int = param(64, unit="GiB", lo=1, hi=1 << 20,
                                help="memory per accelerator = size of its window in the global address map",
                                reason="up to 4 TB accelerator memory over 64 accelerators "
                                       "(docs/sources.md §SD200 system)")
-    scaleout_hosts: int = param(8, unit="hosts", lo=1, hi=1024, help="scaleout_roce: number of 8-accelerator hosts",
-                                reason="64 accelerators, the same count as the SD200 it is compared with")
-    nics_per_host: int = param(8, unit="NICs", lo=1, hi=64,
-                               help="scaleout_roce: RoCE NICs per host; equal to accels_per_domain = one NIC per "
-                                    "accelerator (rail), fewer = NICs hang off the in-host switch",
-                               reason="8-GPU servers ship one 200/400G NIC per GPU (GPUDirect RDMA per rail)")
-    nic_gbps: float = param(200.0, unit="Gb/s", lo=0, lo_open=True, hi=10000,
-                            help="scaleout_roce: Ethernet rate of one NIC port and direction",
-                            reason="the 2-node 200G RoCE measurement of docs/sources.md "
-                                   "§Communication measurements")
-    nic_host_gbps: float = param(504.0, unit="Gb/s", lo=0, lo_open=True, hi=10000,
-                                 help="scaleout_roce: accelerator-to-NIC (PCIe) data rate per direction",
-                                 reason="PCIe 5 x16: 16 x 32 GT/s x 128/130 = 504 Gb/s")
-    nic_latency_ns: float = param(1000.0, unit="ns", lo=0, hi=1e8,
-                                  help="scaleout_roce: cost of crossing a RoCE NIC (doorbell, WQE fetch, PCIe DMA, "
-                                       "completion), paid at the sending and at the receiving NIC",
-                                  reason="2 x 1000 + 600 ns Ethernet switch ~ NCCL's 2.7 us network per-hop cost "
-                                         "(docs/sources.md §Communication measurements)")
-    eth_switch_latency_ns: float = param(600.0, unit="ns", lo=0, hi=1e8,
-                                         help="scaleout_roce: port-to-port latency of the Ethernet switch",
-                                         reason="Ethernet-class data-centre switch, 0.6-1 us port to port")
-    eth_phy_latency_ns: float = param(120.0, unit="ns", lo=0, hi=1e8,
-                                      help="scaleout_roce: PHY latency (tx + rx, PCS + RS-FEC) of an Ethernet link",
-                                      reason="PAM4 Ethernet needs RS-FEC: 37-115 ns receive "
-                                             "(docs/sources.md §Protocol standards)")
-    eth_cable_m: float = param(3.0, unit="m", lo=0, hi=1000, help="scaleout_roce: NIC-to-switch cable length",
-                               reason="in-rack or adjacent-rack DAC/AOC")
-    switch_planes: int = param(1, unit="switches", lo=1, hi=64,
-                               help="hgx: parallel switch chips (planes) per host domain; an accelerator's ports "
-                                    "are spread over them (topology.plane_ports)",
-                               reason="one switch per domain unless a preset describes a multi-chip baseboard "
-                                      "(an HGX H100 board has 4 NVSwitch chips)")
-    plane_ports: str = param("", unit="ports",
-                             help="hgx: ports of each accelerator on each plane, comma-separated (e.g. 5,4,4,5), "
-                                  "summing to ports_per_accel; empty = as even as possible, the first planes "
-                                  "taking one more",
-                             reason="an even split unless the hardware documentation says otherwise")
-    scaleout_switches: str = param("single", unit="choice", choices=("single", "rails"),
-                                   help="scaleout_roce/hgx: one scale-out switch for all NICs (single), or one "
-                                        "switch per rail: NIC i of every host on rail switch i (rails), the rail "
-                                        "switches joined by topology.rail_spines spine switches",
-                                   reason="single keeps the scaleout-roce baseline unchanged; 8-GPU clusters are "
-                                          "cabled rail-optimised (presets set rails)")
-    rail_spines: int = param(1, unit="switches", lo=0, hi=64,
-                             help="scaleout_switches=rails: spine switches above the rail switches (each rail "
-                                  "switch has max(1, hosts / spines) links to every spine; 0 = rail-only, so "
-                                  "GPUs of different rails on different hosts have no network path)",
-                             reason="a rail-optimised leaf/spine fabric: cross-rail traffic crosses a spine; one "
-                                    "spine with as many uplinks per rail as hosts keeps it non-blocking")
+
+
+# the kinds' sub-sections join the shared keys: TopologyConfig is made from the registry of fabric/topologies/
+TopologyConfig = dataclasses.make_dataclass(
+    "TopologyConfig", [(name, cls, subsection(cls)) for name, cls in topologies.sections().items()],
+    bases=(_TopologyShared,), frozen=True,
+    namespace={"__module__": __name__, "__doc__": _TopologyShared.__doc__})
 
 
 @dataclass(frozen=True)
-class CollectivesConfig(_Section):
+class Sd200LibraryConfig(Section):
+    """[collectives.sd200]: the sd200 library's size tiers (fabric/collectives/policy.py)."""
+    oneshot_max_bytes: int = param(0, unit="B", lo=0, hi=1 << 40,
+                                   help="AllReduce of at most this many bytes uses one-shot; 0 = auto "
+                                        "(with twoshot_max_bytes = 0): per group size, the algorithm and path "
+                                        "with the least analytic-engine time on this fabric",
+                                   reason="the tier ceilings depend on the group size: on sd200 one-shot wins up to "
+                                          "4 KiB over 8 ranks but only up to 256 B over 64 (packet engine, "
+                                          "fabric/data/collective_paths_sd200.json, tools/collective_paths.py); "
+                                          "a fixed 8 KiB gave a 9x cliff at 64 ranks",
+                                   was="collectives.oneshot_max_bytes")
+    twoshot_max_bytes: int = param(0, unit="B", lo=0, hi=1 << 40,
+                                   help="larger AllReduce/AllGather/ReduceScatter use ring; 0 = auto "
+                                        "(see oneshot_max_bytes)",
+                                   reason="measured crossover on sd200 (packet engine, "
+                                          "fabric/data/collective_paths_sd200.json): two-shot's all-to-all is "
+                                          "bisection-bound on the 2x2x2 mesh; over 64 ranks ring wins from 2 MiB "
+                                          "(147 vs 157 us, two-shot), over 8 ranks not below 4 MiB; the analytic "
+                                          "engine puts the first at 4 MiB (it prices two-shot at 2 MiB 11% below "
+                                          "the packet engine, docs/collectives.md §Both engines at 64 ranks), the "
+                                          "second at the same size",
+                                   was="collectives.twoshot_max_bytes")
+
+
+@dataclass(frozen=True)
+class NcclLikeConfig(Section):
+    """[collectives.nccl_like]: the nccl-like library's architecture facts and run mode (its fitted constants:
+    fabric/collectives/library.py)."""
+    protocol: str = param("auto", unit="choice", choices=("auto", "LL", "LL128", "Simple"),
+                          help="protocol of every call (auto: the tuner picks per size); the sd200 library has "
+                               "one protocol",
+                          reason="NCCL picks LL / LL128 / Simple per size from its cost model (src/graph/tuning.cc)",
+                          was="collectives.protocol")
+    ll_max_bw_gbps: float = param(0.0, unit="GB/s", lo=0, hi=1e6,
+                                  help="NCCL's llMaxBw of the GPU architecture (A100 87.7, H100/H200 141, "
+                                       "B200 282); the LL per-GPU cap is k_LL x this; 0 = the profile's 141 (Hopper)",
+                                  reason="an architecture fact of NCCL's tuner (src/graph/tuning.cc llMaxBws); a "
+                                         "preset of another GPU sets it",
+                                  was="collectives.ll_max_bw_gbps")
+    max_channels: int = param(0, unit="channels", lo=0, hi=64,
+                              help="most channels (rings) of a call; 0 = the profile's 32",
+                              reason="NCCL builds 32 channels on NVSwitch H100/H200/B200 nodes, 24 on A100 "
+                                     "(a topology fact of NCCL's graph search)",
+                              was="collectives.max_channels")
+    net_efficiency: float = param(0.0, unit="ratio", lo=0, hi=1,
+                                  help="fraction of the NIC line rate Simple reaches; 0 = the profile's "
+                                       "InfiniBand 0.752 (RoCE: 0.636)",
+                                  reason="fitted: mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (IB), the H200 RoCE "
+                                         "tables >= 64M (RoCE) (docs/calibration.md)",
+                                  was="collectives.net_efficiency")
+    nvls_efficiency: float = param(0.0, unit="ratio", lo=0, hi=1,
+                                   help="NCCL's nvlsEfficiency of the GPU architecture (Hopper 0.85, "
+                                        "Blackwell 0.74); the NVLS rate is k_nvls x this x the scale-up rate; 0 = "
+                                        "the profile's 0.85 (Hopper)",
+                                   reason="an architecture fact of NCCL's tuner (src/graph/tuning.cc); a preset of "
+                                          "another GPU sets it",
+                                   was="collectives.nvls_efficiency")
+    symmetric: bool = param(False, unit="bool",
+                            help="run mode: NCCL 2.27 symmetric-memory kernels (registered windows: "
+                                 "one-shot LL, two-shot with NVLS multicast where the switches reduce; launch "
+                                 "launch_sym_ns instead of launch_ns)",
+                            reason="off: a run must register its buffers with ncclCommWindowRegister to get them; "
+                                   "the B200 calibration table ran them, so its validate row sets this",
+                            was="collectives.symmetric")
+    gpus_per_process: int = param(1, unit="GPUs", lo=1, hi=64,
+                                  help="run mode: GPUs one host thread drives (nccl-tests -g N); each "
+                                       "extra GPU adds host_launch_ns to every call",
+                                  reason="one process per GPU is the default of nccl-tests and of frameworks",
+                                  was="collectives.gpus_per_process")
+    host_launch_ns: float = param(2554.0, unit="ns", lo=0, hi=1e9,
+                                  help="run mode: launch cost per extra GPU of one host thread",
+                                  reason="fitted on 1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (-g 8 floor); "
+                                         "2.53 us on the H200 2x8 table's host (docs/calibration.md)",
+                                  was="collectives.host_launch_ns")
+
+
+@dataclass(frozen=True)
+class CollectivesConfig(Section):
     """Collective library: algorithm selection and local-reduction cost."""
     library: str = param("sd200", unit="choice", choices=("sd200", "nccl-like"),
-                         help="collective library profile: sd200 (tiered optimised library, the keys below) or "
-                              "nccl-like (algorithm x protocol x channels chosen by a tuner; fitted constants in "
+                         help="collective library profile: sd200 (tiered optimised library: the keys of this "
+                              "section and [collectives.sd200]) or nccl-like (algorithm x protocol x channels "
+                              "chosen by a tuner: [collectives.nccl_like]; fitted constants in "
                               "fabric/collectives/library.py, docs/collectives.md)",
                          reason="the SD200 library is this fabric's own (docs/sources.md §SD200 library); "
                                 "nccl-like is the generic library a cluster runs, fitted on the calibration "
@@ -412,62 +391,6 @@ class CollectivesConfig(_Section):
                         help="algorithm selection: size-tiered (sd200), the nccl-like tuner (auto; sd200 means "
                              "the same under nccl-like) or one fixed algorithm",
                         reason="the SD200 library's size-tiered strategy (docs/sources.md §SD200 library)")
-    protocol: str = param("auto", unit="choice", choices=("auto", "LL", "LL128", "Simple"),
-                          help="nccl-like library: protocol of every call (auto: the tuner picks per size); the "
-                               "sd200 library has one protocol and ignores this",
-                          reason="NCCL picks LL / LL128 / Simple per size from its cost model (src/graph/tuning.cc)")
-    ll_max_bw_gbps: float = param(0.0, unit="GB/s", lo=0, hi=1e6,
-                                  help="nccl-like: NCCL's llMaxBw of the GPU architecture (A100 87.7, H100/H200 141, "
-                                       "B200 282); the LL per-GPU cap is k_LL x this; 0 = the profile's 141 (Hopper)",
-                                  reason="an architecture fact of NCCL's tuner (src/graph/tuning.cc llMaxBws); a "
-                                         "preset of another GPU sets it")
-    max_channels: int = param(0, unit="channels", lo=0, hi=64,
-                              help="nccl-like: most channels (rings) of a call; 0 = the profile's 32",
-                              reason="NCCL builds 32 channels on NVSwitch H100/H200/B200 nodes, 24 on A100 "
-                                     "(a topology fact of NCCL's graph search)")
-    net_efficiency: float = param(0.0, unit="ratio", lo=0, hi=1,
-                                  help="nccl-like: fraction of the NIC line rate Simple reaches; 0 = the profile's "
-                                       "InfiniBand 0.752 (RoCE: 0.636)",
-                                  reason="fitted: mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (IB), the H200 RoCE "
-                                         "tables >= 64M (RoCE) (docs/calibration.md)")
-    nvls_efficiency: float = param(0.0, unit="ratio", lo=0, hi=1,
-                                   help="nccl-like: NCCL's nvlsEfficiency of the GPU architecture (Hopper 0.85, "
-                                        "Blackwell 0.74); the NVLS rate is k_nvls x this x the scale-up rate; 0 = "
-                                        "the profile's 0.85 (Hopper)",
-                                   reason="an architecture fact of NCCL's tuner (src/graph/tuning.cc); a preset of "
-                                          "another GPU sets it")
-    symmetric: bool = param(False, unit="bool",
-                            help="nccl-like run mode: NCCL 2.27 symmetric-memory kernels (registered windows: "
-                                 "one-shot LL, two-shot with NVLS multicast where the switches reduce; launch "
-                                 "launch_sym_ns instead of launch_ns)",
-                            reason="off: a run must register its buffers with ncclCommWindowRegister to get them; "
-                                   "the B200 calibration table ran them, so its validate row sets this")
-    gpus_per_process: int = param(1, unit="GPUs", lo=1, hi=64,
-                                  help="nccl-like run mode: GPUs one host thread drives (nccl-tests -g N); each "
-                                       "extra GPU adds host_launch_ns to every call",
-                                  reason="one process per GPU is the default of nccl-tests and of frameworks")
-    host_launch_ns: float = param(2554.0, unit="ns", lo=0, hi=1e9,
-                                  help="nccl-like run mode: launch cost per extra GPU of one host thread",
-                                  reason="fitted on 1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (-g 8 floor); "
-                                         "2.53 us on the H200 2x8 table's host (docs/calibration.md)")
-    oneshot_max_bytes: int = param(0, unit="B", lo=0, hi=1 << 40,
-                                   help="sd200 policy: AllReduce of at most this many bytes uses one-shot; 0 = auto "
-                                        "(with twoshot_max_bytes = 0): per group size, the algorithm and path "
-                                        "with the least analytic-engine time on this fabric",
-                                   reason="the tier ceilings depend on the group size: on sd200 one-shot wins up to "
-                                          "4 KiB over 8 ranks but only up to 256 B over 64 (packet engine, "
-                                          "fabric/data/collective_paths_sd200.json, tools/collective_paths.py); "
-                                          "a fixed 8 KiB gave a 9x cliff at 64 ranks")
-    twoshot_max_bytes: int = param(0, unit="B", lo=0, hi=1 << 40,
-                                   help="sd200 policy: larger AllReduce/AllGather/ReduceScatter use ring; 0 = auto "
-                                        "(see oneshot_max_bytes)",
-                                   reason="measured crossover on sd200 (packet engine, "
-                                          "fabric/data/collective_paths_sd200.json): two-shot's all-to-all is "
-                                          "bisection-bound on the 2x2x2 mesh; over 64 ranks ring wins from 2 MiB "
-                                          "(147 vs 157 us, two-shot), over 8 ranks not below 4 MiB; the analytic "
-                                          "engine puts the first at 4 MiB (it prices two-shot at 2 MiB 11% below "
-                                          "the packet engine, docs/collectives.md §Both engines at 64 ranks), the "
-                                          "second at the same size")
     channels: int = param(2, unit="flows", lo=1, hi=64,
                           help="flows a large store of a collective is striped over (NCCL-style channels)",
                           reason="one per accelerator port (topology.ports_per_accel = 2): a single flow keeps one "
@@ -508,10 +431,12 @@ class CollectivesConfig(_Section):
                                 reason="the SD200 library double-buffers its scratch with epoch-tagged flags "
                                        "('minimal synchronisation'); true models a library that handshakes every "
                                        "call (vLLM custom AllReduce's start barrier, NCCL's ready-to-receive)")
+    sd200: Sd200LibraryConfig = subsection(Sd200LibraryConfig)
+    nccl_like: NcclLikeConfig = subsection(NcclLikeConfig)
 
 
 @dataclass(frozen=True)
-class ReportConfig(_Section):
+class ReportConfig(Section):
     """What a run records besides its results (timelines: fabric/timeline.py, docs/timeline.md)."""
     sample_ns: float = param(4000.0, unit="ns", lo=1, hi=1e12,
                              help="interval at which the kernel samples every link's utilisation, queue depth, "
@@ -523,7 +448,7 @@ class ReportConfig(_Section):
 
 
 @dataclass(frozen=True)
-class ManagerConfig(_Section):
+class ManagerConfig(Section):
     """The fabric manager's reaction to a part that fails for good (--fault, [[faults]]; docs/faults.md)."""
     detection_ns: float = param(10000.0, unit="ns", lo=0, hi=1e12,
                                 help="from a link or switch failing to the fabric manager knowing it (the link "
@@ -599,19 +524,25 @@ class FabricConfig:
         return out
 
 
-_DIMS = re.compile(r"[1-9][0-9]*([x*][1-9][0-9]*){0,2}")
+def _subsections(section) -> list:
+    """The sub-sections of a section, in field order."""
+    return [getattr(section, f.name) for f in dataclasses.fields(section) if _is_sub(f)]
 
 
 def idle_gap_ns(c: FabricConfig) -> float:
     """The longest a healthy run can go without progress (no unit accepted, packet delivered or task done), from
     the config alone: a lost unit waits for the replay timer, a failed replay ends in a retrain, a lost UpdateFC
     waits for the credit refresh, Acks and UpdateFCs wait for their timers, and a packet crosses the fabric (PHY,
-    wire, switch, endpoint and NIC latencies) before it counts. sim.watchdog_ns below this is refused."""
-    p, lk, ep, t = c.phy, c.link, c.endpoint, c.topology
-    hop = p.tx_latency_ns + p.rx_latency_ns + max(p.cable_m, t.eth_cable_m) * p.wire_ns_per_m
-    crossing = (4 * hop + 2 * max(c.switch.latency_ns, t.accel_router_ns, t.eth_switch_latency_ns)
-                + 2 * t.nic_latency_ns + t.eth_phy_latency_ns + ep.issue_ns + ep.completion_ns
-                + ep.translation_ns + ep.p2p_forward_ns)
+    wire, switch, endpoint latencies and what each topology sub-section adds: embedded routers, NICs, Ethernet)
+    before it counts. sim.watchdog_ns below this is refused."""
+    p, lk, ep = c.phy, c.link, c.endpoint
+    parts = [s.crossing() for s in _subsections(c.topology)]   # every kind's, whether or not it is the one built
+    cable = max([p.cable_m] + [x for q in parts for x in q.cable_m])
+    hop = p.tx_latency_ns + p.rx_latency_ns + cable * p.wire_ns_per_m
+    crossing = 4 * hop + 2 * max([c.switch.latency_ns] + [x for q in parts for x in q.node_ns])
+    for x in [x for q in parts for x in q.once_ns] + [ep.issue_ns, ep.completion_ns, ep.translation_ns,
+                                                        ep.p2p_forward_ns]:
+        crossing += x
     return (lk.replay_timer_ns + lk.retrain_ns + lk.credit_refresh_ns + lk.ack_timer_ns + lk.credit_update_ns
             + crossing)
 
@@ -657,13 +588,10 @@ def check_memory(c: FabricConfig, need_mb: float, what: str, fix: str) -> None:
 
 
 def _cross_check(c: FabricConfig) -> None:
-    if c.topology.spares and c.topology.kind != "sd200":
-        raise ConfigError(f"topology.spares={c.topology.spares}: spare accelerators hang off the domain switches of "
-                          f"the sd200 builder only; use topology.kind = \"sd200\" or topology.spares = 0")
-    for key in ("switch_mesh_dims", "mesh_dims"):      # checked whether or not this topology kind uses it
-        value = getattr(c.topology, key)
-        if not _DIMS.fullmatch(str(value).strip().lower()):
-            raise ConfigError(f"topology.{key}={value!r} must look like XxYxZ with positive integers, e.g. 4x4x4")
+    for name in SECTIONS:
+        for f in dataclasses.fields(getattr(c, name)):
+            if _is_sub(f):
+                getattr(getattr(c, name), f.name).check(c, f"{name}.{f.name}")
     ep = c.endpoint
     sets = ep.xlate_cache_entries // ep.xlate_cache_ways
     if ep.xlate_cache_entries % ep.xlate_cache_ways or sets & (sets - 1):
@@ -700,19 +628,67 @@ def _cross_check(c: FabricConfig) -> None:
 
 # ---------------------------------------------------------------- loading, presets, overrides
 
+def _is_sub(f) -> bool:
+    """Whether a dataclass field holds a sub-section (fabric.params.subsection) rather than a parameter."""
+    return isinstance(f.default_factory, type) and issubclass(f.default_factory, Section)
+
+
+def _leaves(cls, prefix: str):
+    """(key, field, the dataclass it belongs to) of every parameter under a section, sub-sections after its own."""
+    subs = []
+    for f in dataclasses.fields(cls):
+        if _is_sub(f):
+            subs.append(f)
+        else:
+            yield f"{prefix}.{f.name}", f, cls
+    for f in subs:
+        yield from _leaves(f.default_factory, f"{prefix}.{f.name}")
+
+
+def _params():
+    for s, cls in SECTIONS.items():
+        yield from _leaves(cls, s)
+
+
 def all_keys() -> list[str]:
-    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+    return [key for key, _, _ in _params()]
+
+
+# a moved key's old flat name -> its new key(s) (one old key may feed the same parameter of several kinds)
+DEPRECATED: dict[str, tuple[str, ...]] = {}
+for _key, _f, _ in _params():
+    for _old in _f.metadata["was"]:
+        DEPRECATED[_old] = DEPRECATED.get(_old, ()) + (_key,)
+_WARNED: set[str] = set()
+
+
+def _renamed(updates: dict[str, Any], source: str) -> dict[str, Any]:
+    """Old flat keys replaced by their new keys, with one line on stderr per old key and process."""
+    out = {}
+    for key, value in updates.items():
+        if key not in DEPRECATED:
+            out[key] = value
+            continue
+        new = DEPRECATED[key]
+        if key not in _WARNED:
+            _WARNED.add(key)
+            print(f"deprecated: {key} ({source}) is now {' and '.join(new)}; the old key is read until the next "
+                  f"release", file=sys.stderr)
+        out.update(dict.fromkeys(new, value))
+    return out
 
 
 def _field(key: str):
-    section, _, name = key.partition(".")
-    cls = SECTIONS.get(section)
-    fields = {f.name: f for f in dataclasses.fields(cls)} if cls else {}
-    if name not in fields:
-        close = difflib.get_close_matches(key, all_keys(), n=3, cutoff=0.5)
-        hint = f"; did you mean {' or '.join(close)}?" if close else "; see `fabric-probe params` for the list"
-        raise ConfigError(f"unknown parameter {key!r}{hint}")
-    return fields[name]
+    parts = key.split(".")
+    cls = SECTIONS.get(parts[0])
+    for i, name in enumerate(parts[1:], 1):
+        f = {f.name: f for f in dataclasses.fields(cls)}.get(name) if cls else None
+        if f is not None and i == len(parts) - 1 and not _is_sub(f):
+            return f
+        cls = f.default_factory if f is not None and _is_sub(f) else None
+    close = difflib.get_close_matches(key, all_keys(), n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(close)}?" if close else "; see `fabric-probe params` for the list"
+    raise ConfigError(f"unknown parameter {key!r}{hint}")
 
 
 def _coerce(key: str, f, value: Any):
@@ -752,22 +728,38 @@ def _coerce(key: str, f, value: Any):
         raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__}{got} ({f.metadata['help']})") from None
 
 
-def _apply(base: FabricConfig, updates: dict[str, Any]) -> FabricConfig:
-    per_section: dict[str, dict] = {}
+def _replaced(obj, changes: dict):
+    """obj with `changes` ({field: value, or {sub-section field: ...}}) applied at every level."""
+    return dataclasses.replace(obj, **{k: _replaced(getattr(obj, k), v) if isinstance(v, dict) else v
+                                       for k, v in changes.items()})
+
+
+def _apply(base: FabricConfig, updates: dict[str, Any], source: str = "overrides") -> FabricConfig:
+    changes: dict[str, Any] = {}
     updates = dict(updates)
     if "faults" in updates:
         base = dataclasses.replace(base, faults=tuple(updates.pop("faults")))
-    for key, value in updates.items():
+    for key, value in _renamed(updates, source).items():
         f = _field(key)
-        section = key.partition(".")[0]
-        per_section.setdefault(section, {})[f.name] = _coerce(key, f, value)
-    changes = {s: dataclasses.replace(getattr(base, s), **kv) for s, kv in per_section.items()}
-    return dataclasses.replace(base, **changes)
+        *path, name = key.split(".")
+        node = changes
+        for part in path:
+            node = node.setdefault(part, {})
+        node[name] = _coerce(key, f, value)
+    return _replaced(base, changes)
 
 
 def with_overrides(cfg: FabricConfig, overrides: dict[str, Any]) -> FabricConfig:
-    """A copy of cfg with `section.key` overrides applied and validated."""
+    """A copy of cfg with `section.key` (`section.sub.key`) overrides applied and validated."""
     return _apply(cfg, overrides)
+
+
+def _flatten_table(prefix: str, values: dict, flat: dict) -> None:
+    for k, v in values.items():
+        if isinstance(v, dict):      # a sub-section, [topology.hgx]
+            _flatten_table(f"{prefix}.{k}", v, flat)
+        else:
+            flat[f"{prefix}.{k}"] = v
 
 
 def _flatten_toml(data: dict, source: str) -> dict[str, Any]:
@@ -783,9 +775,13 @@ def _flatten_toml(data: dict, source: str) -> dict[str, Any]:
             continue
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: top-level key {section!r} must be a [section] table")
-        for k, v in values.items():
-            flat[f"{section}.{k}"] = v
+        _flatten_table(section, values, flat)
     return flat
+
+
+def from_dict(data: dict, source: str = "a saved config") -> FabricConfig:
+    """The config a `FabricConfig.to_dict()` describes (a result's meta.config; older, flat ones too)."""
+    return _apply(FabricConfig(), _flatten_toml(data, source), source)
 
 
 def preset_names() -> list[str]:
@@ -832,23 +828,46 @@ def load_config(preset: str | None = None, config_file: str | Path | None = None
     """Defaults, then the preset, then a TOML file, then --set overrides; validated at every step."""
     cfg = FabricConfig()
     if preset:
-        cfg = _apply(cfg, _flatten_toml(_parse_toml(preset_text(preset), f"preset {preset}"), f"preset {preset}"))
+        source = f"preset {preset}"
+        cfg = _apply(cfg, _flatten_toml(_parse_toml(preset_text(preset), source), source), source)
     if config_file:
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        cfg = _apply(cfg, _flatten_toml(_parse_toml(read_text_file(path, "config file"), str(path)), str(path)))
+        cfg = _apply(cfg, _flatten_toml(_parse_toml(read_text_file(path, "config file"), str(path)), str(path)),
+                     f"config file {path}")
     if overrides:
-        cfg = _apply(cfg, overrides)
+        cfg = _apply(cfg, overrides, "--set or overrides")
     return cfg
 
 
 def describe() -> list[dict]:
-    """One row per parameter (key, default, unit, range, help, reason) for `fabric-probe params` and docs."""
+    """One row per parameter (key, its section, default, unit, range, help, reason, the old flat keys it replaces)
+    for `fabric-probe params` and docs; sub-sections follow their section's own keys."""
     rows = []
-    for s, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            m = f.metadata
-            rows.append(dict(key=f"{s}.{f.name}", default=f.default, unit=m["unit"], range=_range_text(m, f.default),
-                             help=m["help"], reason=m["reason"]))
+    for key, f, _ in _params():
+        m = f.metadata
+        rows.append(dict(key=key, section=key.rpartition(".")[0], default=f.default, unit=m["unit"],
+                         range=range_text(m, f.default), help=m["help"], reason=m["reason"], replaces=list(m["was"])))
     return rows
+
+
+def describe_sections() -> list[dict]:
+    """One row per section and sub-section (name, what it is, and for a topology sub-section the kinds that read
+    it), in the order of `describe`."""
+    out = []
+
+    def walk(cls, name):
+        subs = [f for f in dataclasses.fields(cls) if _is_sub(f)]
+        doc = " ".join((cls.__doc__ or "").split()).removeprefix(f"[{name}]: ")
+        doc = doc[:1].upper() + doc[1:]
+        row = dict(section=name, doc=doc)
+        if name.startswith("topology."):
+            row["read_by"] = topologies.readers(name.partition(".")[2])
+        out.append(row)
+        for f in subs:
+            walk(f.default_factory, f"{name}.{f.name}")
+
+    for s, cls in SECTIONS.items():
+        walk(cls, s)
+    return out

@@ -2,7 +2,7 @@
 
 A step runs in segments (fabric.sim.run, each a fresh Engine). When a fault cuts serving ranks off, the fabric
 manager finds it at its reroute (detection + route update after the fault): each cut-off rank gets a spare
-(topology.spares: one in its host domain first, else the lowest-numbered one still reachable), which loads the
+(topology.sd200.spares: one in its host domain first, else the lowest-numbered one still reachable), which loads the
 rank's state (manager.migration_ns) while the other ranks run on with routes that leave the cut-off ones out
 (fabric.failover.Schedule calls `_Spares.partition`). The segment ends at the takeover. The next one starts there,
 on the fabric as it is then (dead channels out of the routes, lane-degraded rates), with every task not kept: a
@@ -102,7 +102,7 @@ def _choose_spares(topo, cut, free: list[int], alive, retired, spec: str, at_us:
         if not usable:
             names = ", ".join(topo.node_names[x] for x in cut)
             raise MigrationError(f"fault {spec} cuts {names} off at t={at_us:.1f} us and no reachable spare is left "
-                                 f"for {topo.node_names[r]} ({topo.n_spares} in all); raise topology.spares")
+                                 f"for {topo.node_names[r]} ({topo.n_spares} in all); raise topology.sd200.spares")
         same = [s for s in usable if topo.node_domain[s] == topo.node_domain[r]]
         s = (same or usable)[0]
         usable.remove(s)

@@ -1,32 +1,21 @@
-"""Building a network: the topology builder named by `topology.kind`, then the fabric manager's routes and their
-deadlock-freedom proof. The one place where fabric.topology (layout) and fabric.routing (paths) meet."""
+"""Building a network: the builder of the kind `topology.kind` names (fabric/topologies/), then the fabric
+manager's routes and their deadlock-freedom proof. The one place where fabric.topology (layout) and fabric.routing
+(paths) meet."""
 from __future__ import annotations
 
 import functools
 
+from fabric import topologies
 from fabric.config import FabricConfig
-from fabric.errors import ConfigError
 from fabric.routing import check_deadlock_free, route
-from fabric.topology import BUILDERS, Topology, parse_dims
+from fabric.topology import Topology
 
 
 def size_estimate(cfg: FabricConfig) -> dict:
     """Ranks, switches and a lower bound of the routing's memory (every rank pair's route: pair and path pointers,
     channels and VC levels of at least one shortest path, x2 for the temporaries of its construction), from the
-    config alone, before anything is built."""
-    t = cfg.topology
-    kind = t.kind
-    if kind == "sd200":
-        dims = parse_dims(t.switch_mesh_dims, "topology.switch_mesh_dims")
-        ranks, switches, hops = dims[0] * dims[1] * dims[2] * t.accels_per_domain, dims[0] * dims[1] * dims[2], \
-            sum(d - 1 for d in dims) / 3 + 2
-    elif kind in ("accel_mesh", "accel_torus"):
-        dims = parse_dims(t.mesh_dims, "topology.mesh_dims")
-        ranks, switches, hops = dims[0] * dims[1] * dims[2], 0, max(1.0, sum(d - 1 for d in dims) / 3)
-    elif kind in ("scaleout_roce", "hgx"):
-        ranks, switches, hops = t.scaleout_hosts * t.accels_per_domain, t.scaleout_hosts * t.switch_planes + 1, 2.0
-    else:
-        ranks, switches, hops = 2, 0, 1.0
+    config alone (the kind's size estimate), before anything is built."""
+    ranks, switches, hops = topologies.get(cfg.topology.kind).size(cfg)
     route_B = 2.0 * ranks * ranks * (8 + 8 + 5 * hops)
     return dict(ranks=ranks, switches=switches, memory_mb=route_B / 2**20)
 
@@ -44,17 +33,14 @@ def check_size(cfg: FabricConfig) -> dict:
 def build(cfg: FabricConfig, *, routing: str = "auto", check: bool = True) -> Topology:
     """Build the fabric named by cfg.topology.kind, route it and prove the routes deadlock-free.
 
-    `routing` selects the fabric manager's algorithm (see fabric.routing.route); `check=False` skips the
-    channel-dependency proof (for tests that inject a deliberately cyclic routing and check it themselves).
+    `routing` selects the fabric manager's algorithm (see fabric.routing.route; auto: the kind's default);
+    `check=False` skips the channel-dependency proof (for tests that inject a deliberately cyclic routing and check
+    it themselves).
     """
-    try:
-        builder = BUILDERS[cfg.topology.kind]
-    except KeyError:
-        raise ConfigError(f"topology.kind={cfg.topology.kind!r} has no builder; use one of "
-                          f"{', '.join(BUILDERS)}") from None
+    kind = topologies.get(cfg.topology.kind)
     check_size(cfg)
-    topo = builder(cfg)
-    route(topo, method=routing)
+    topo = kind.build(cfg)
+    route(topo, method=kind.routing if routing == "auto" else routing)
     if check:
         check_deadlock_free(topo)
     return topo

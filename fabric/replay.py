@@ -122,8 +122,8 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         raise ConfigError("--timeline cannot draw a step run with --migrate yet (its segments are separate engines "
                           "with their own clocks); drop one of them")
     if cfg.manager.migrate and not topo.n_spares:
-        raise ConfigError("--migrate needs spare accelerators to migrate to; add some with --set topology.spares=N "
-                          "(sd200)")
+        raise ConfigError("--migrate needs spare accelerators to migrate to; add some with "
+                          "--set topology.sd200.spares=N (sd200)")
     if cfg.faults:            # their names and the manager's timing, before the (long) runs
         from fabric.failover import check
         from fabric.faults import parse_all

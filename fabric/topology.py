@@ -1,22 +1,23 @@
 """Fabric description: nodes, unidirectional channels and (after routing) candidate paths, as numpy arrays.
 
-One builder per `topology.kind` (BUILDERS) lays out nodes and links and fills the per-channel PHY arrays from the
-[phy] section (or the Ethernet fields for scale-out NIC links); `fabric.network.build(cfg)` runs the builder and
-then the fabric manager (fabric.routing). See docs/contracts.md for the array contract and docs/topology.md for
-every builder and preset.
+The builders' shared parts: the Topology arrays, the Builder that accumulates nodes and links and fills the
+per-channel PHY arrays from the [phy] section, mesh links and dimensions. Each `topology.kind` is a module of
+fabric/topologies/ that builds with them; `fabric.network.build(cfg)` runs the kind's builder and then the fabric
+manager (fabric.routing). See docs/contracts.md for the array contract and docs/topology.md for every kind and
+preset. Nothing here reads a config section by name but [phy] (the Builder's link defaults).
 
 Numbering: ranks (accelerators) are nodes 0..R-1; switches, NICs and other nodes follow. Channel 2k and 2k+1 are
 the two directions of link k.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from fabric.config import FabricConfig
 from fabric.errors import ConfigError
-from fabric.phy import GBps, data_gbps, effective_ber, link_latency_ps, ps, ps_per_byte
+from fabric.phy import GBps, data_gbps, effective_ber, link_latency_ps, ps_per_byte
 
 ACCEL, SWITCH, NIC = 0, 1, 2
 KIND_NAMES = {ACCEL: "accelerator", SWITCH: "switch", NIC: "nic"}
@@ -103,10 +104,10 @@ class Topology:
 
 # ---------------------------------------------------------------- construction helper
 
-class _Builder:
+class Builder:
     """Accumulates nodes and bidirectional links in Python lists, then freezes them into arrays."""
 
-    def __init__(self, cfg: FabricConfig):
+    def __init__(self, cfg):
         self.cfg = cfg
         self.fabric_ps_per_byte = ps_per_byte(data_gbps(cfg))
         self.fabric_latency_ps = link_latency_ps(cfg)
@@ -155,6 +156,15 @@ class _Builder:
             ch_lane=np.array(self.lane, dtype=np.int32), node_reduce=red, **extra)
 
 
+_DIMS = re.compile(r"[1-9][0-9]*([x*][1-9][0-9]*){0,2}")
+
+
+def check_dims(text: str, key: str) -> None:
+    """Refuse mesh dimensions that are not XxYxZ (one to three positive integers) when the config is loaded."""
+    if not _DIMS.fullmatch(str(text).strip().lower()):
+        raise ConfigError(f"{key}={text!r} must look like XxYxZ with positive integers, e.g. 4x4x4")
+
+
 def parse_dims(text: str, key: str) -> tuple[int, int, int]:
     """'4x4x4' -> (4, 4, 4); one to three positive factors, missing ones are 1."""
     try:
@@ -166,7 +176,7 @@ def parse_dims(text: str, key: str) -> tuple[int, int, int]:
     return dims + (1,) * (3 - len(dims))
 
 
-def _mesh_links(b: _Builder, nodes: np.ndarray, dims, wrap, lanes: int) -> None:
+def mesh_links(b: Builder, nodes: np.ndarray, dims, wrap, lanes: int) -> None:
     """Join router nodes (indexed x + X*(y + Y*z)) in a mesh/torus, `lanes` parallel links per neighbour pair."""
     X, Y, Z = dims
     for dim in range(3):
@@ -181,179 +191,9 @@ def _mesh_links(b: _Builder, nodes: np.ndarray, dims, wrap, lanes: int) -> None:
                     b.link(int(nodes[idx]), int(nodes[j]))
 
 
-def _coord(idx: int, dims) -> tuple[int, int, int]:
+def mesh_coord(idx: int, dims) -> tuple[int, int, int]:
     X, Y, _ = dims
     return idx % X, (idx // X) % Y, idx // (X * Y)
-
-
-# ---------------------------------------------------------------- builders
-
-def build_sd200(cfg: FabricConfig) -> Topology:
-    """Host domains of `accels_per_domain` accelerators, one fabric switch per domain, switches in a 3D mesh."""
-    t = cfg.topology
-    dims = parse_dims(t.switch_mesh_dims, "topology.switch_mesh_dims")
-    n_dom = dims[0] * dims[1] * dims[2]
-    A, N = t.accels_per_domain, t.ports_per_accel
-    R = n_dom * A
-    dom = np.concatenate([np.arange(R) // A, np.arange(t.spares) % n_dom]).astype(np.int32)  # spares round robin
-    b = _Builder(cfg)
-    for r in range(R):
-        b.node(f"acc{r}", ACCEL, domain=r // A, coord=_coord(r // A, dims))
-    for k in range(t.spares):
-        b.node(f"spare{k}", ACCEL, domain=int(dom[R + k]), coord=_coord(int(dom[R + k]), dims))
-    sw_lat = ps(cfg.switch.latency_ns)
-    sw = np.array([b.node(f"sw{d}", SWITCH, domain=d, latency_ps=sw_lat, forwards=True, coord=_coord(d, dims))
-                   for d in range(n_dom)], dtype=np.int32)
-    for r in range(R + t.spares):
-        for _ in range(N):
-            b.link(r, int(sw[dom[r]]))
-    _mesh_links(b, sw, dims, (False, False, False), t.links_per_neighbor)
-    desc = (f"{n_dom} host domains of {A} accelerators; domain switches in a {'x'.join(map(str, dims))} mesh; "
-            f"{N} ports per accelerator, {t.links_per_neighbor} links between neighbouring switches")
-    if t.spares:
-        desc += f"; {t.spares} spare accelerators"
-    return b.freeze(f"sd200-{R}", R + t.spares, "sd200", desc, mesh_dims=dims, mesh_wrap=(False, False, False),
-                    mesh_nodes=sw, rank_router=dom, rank_ports=N, n_spares=t.spares)
-
-
-def build_accel_mesh(cfg: FabricConfig, torus: bool = False) -> Topology:
-    """Accelerators themselves in a 3D mesh (or torus), each forwarding through its embedded router."""
-    t = cfg.topology
-    dims = parse_dims(t.mesh_dims, "topology.mesh_dims")
-    wrap = tuple(bool(torus or t.wrap) and k >= 3 for k in dims)  # a ring of 2 would just double the link
-    R = dims[0] * dims[1] * dims[2]
-    b = _Builder(cfg)
-    lat = ps(t.accel_router_ns)
-    for r in range(R):
-        b.node(f"acc{r}", ACCEL, domain=r // t.accels_per_domain, latency_ps=lat, forwards=True,
-               coord=_coord(r, dims))
-    nodes = np.arange(R, dtype=np.int32)
-    _mesh_links(b, nodes, dims, wrap, t.links_per_neighbor)
-    shape = "torus" if any(wrap) else "mesh"
-    name = f"{shape}-{'x'.join(map(str, dims))}"
-    desc = f"{R} accelerators in a {'x'.join(map(str, dims))} {shape}, {t.links_per_neighbor} link(s) per neighbour"
-    return b.freeze(name, R, "accel_torus" if torus else "accel_mesh", desc, mesh_dims=dims, mesh_wrap=wrap,
-                    mesh_nodes=nodes, rank_router=nodes.copy(), rank_ports=0)
-
-
-def plane_split(cfg: FabricConfig) -> list[int]:
-    """Ports of each accelerator on each switch plane (topology.plane_ports, or an even split)."""
-    t = cfg.topology
-    N, P = t.ports_per_accel, t.switch_planes
-    text = str(t.plane_ports).strip()
-    if not text:
-        if P > N:
-            raise ConfigError(f"topology.switch_planes={P} exceeds topology.ports_per_accel={N}: every plane needs "
-                              f"at least one port of every accelerator")
-        return [N // P + (1 if p < N % P else 0) for p in range(P)]
-    try:
-        split = [int(x) for x in text.replace(" ", "").split(",")]
-    except ValueError:
-        split = []
-    if len(split) != P or any(k < 1 for k in split) or sum(split) != N:
-        raise ConfigError(f"topology.plane_ports={text!r} must list {P} positive port counts (one per switch "
-                          f"plane, topology.switch_planes) summing to topology.ports_per_accel={N}")
-    return split
-
-
-def _build_hosts(cfg: FabricConfig, kind: str) -> Topology:
-    """Hosts of A accelerators on in-host switch plane(s), joined by NICs (shared by scaleout_roce and hgx).
-
-    Node order: accelerators, in-host switches (host-major, then plane), NICs, then the scale-out switches (one
-    Ethernet switch, or the rail switches followed by the spines). scaleout_roce with one plane and one switch
-    keeps the node and link order it always had.
-    """
-    t = cfg.topology
-    H, A, N, K = t.scaleout_hosts, t.accels_per_domain, t.ports_per_accel, t.nics_per_host
-    hgx = kind == "hgx"
-    P = t.switch_planes if hgx else 1
-    split = plane_split(cfg) if hgx else [N]
-    with_nics = not hgx or H > 1          # a single hgx host has no GPU traffic on its NICs: none are built
-    if with_nics and K != A and A % K:
-        raise ConfigError(f"topology.nics_per_host={K} must equal topology.accels_per_domain={A} (one NIC per "
-                          f"accelerator) or divide it")
-    rails = t.scaleout_switches == "rails"
-    R = H * A
-    b = _Builder(cfg)
-    for r in range(R):
-        b.node(f"acc{r}", ACCEL, domain=r // A)
-    sw_lat = ps(cfg.switch.latency_ns)
-    name = (lambda h, p: f"nvsw{h}.{p}" if P > 1 else f"nvsw{h}") if hgx else (lambda h, p: f"hsw{h}")
-    hsw = [[b.node(name(h, p), SWITCH, domain=h, latency_ps=sw_lat, forwards=True) for p in range(P)]
-           for h in range(H)]
-    reducing = [x for row in hsw for x in row] if cfg.switch.reduction else []
-    for r in range(R):
-        for p in range(P):
-            for _ in range(split[p]):
-                b.link(r, hsw[r // A][p])
-    desc = f"{H} host{'s' if H > 1 else ''} of {A} accelerators, {N} ports each"
-    desc += f" over {P} switch planes ({','.join(map(str, split))})" if P > 1 else " to an in-host switch"
-    if with_nics:
-        nic_lat = ps(t.nic_latency_ns)
-        nics = [b.node(f"nic{i}", NIC, domain=i // K, latency_ps=nic_lat, forwards=True) for i in range(H * K)]
-        out_lat = ps(t.eth_switch_latency_ns)
-        if rails:
-            rail = [b.node(f"rail{k}", SWITCH, latency_ps=out_lat, forwards=True) for k in range(K)]
-            spines = [b.node(f"spine{j}", SWITCH, latency_ps=out_lat, forwards=True) for j in range(t.rail_spines)]
-        else:
-            eth = b.node("eth0", SWITCH, latency_ps=out_lat, forwards=True)
-        p_ = cfg.phy
-        pcie_lat = ps(p_.tx_latency_ns + p_.rx_latency_ns)  # on-board PCIe trace, no cable
-        eth_lat = ps(t.eth_phy_latency_ns + t.eth_cable_m * p_.wire_ns_per_m)
-        net_rate = ps_per_byte(t.nic_gbps)
-        for i, nic in enumerate(nics):
-            h = i // K
-            if K == A:   # one NIC per accelerator, attached to it directly (GPUDirect rail)
-                b.link(h * A + i % K, nic, ps_per_byte(t.nic_host_gbps), pcie_lat)
-            else:        # NICs shared by the host, reached through (one plane of) the in-host switch
-                b.link(hsw[h][(i % K) % P], nic, ps_per_byte(t.nic_host_gbps), pcie_lat)
-            b.link(nic, rail[i % K] if rails else eth, net_rate, eth_lat)
-        if rails:
-            up = max(1, H // max(1, len(spines)))
-            for r_ in rail:
-                for sp in spines:
-                    for _ in range(up):
-                        b.link(r_, sp, net_rate, eth_lat)
-            desc += (f"; {K} NIC{'s' if K > 1 else ''} per host at {t.nic_gbps:g}G on {K} rail switches (NIC i "
-                     f"of every host on rail i), {len(spines)} spine{'s' if len(spines) != 1 else ''}")
-        else:
-            desc += f"; {K} x {t.nic_gbps:g}G NIC(s) per host; one scale-out switch"
-    if not hgx:
-        desc = (f"{H} hosts of {A} accelerators with an in-host switch; {K} x {t.nic_gbps:g}G RoCE NIC(s) per host; "
-                + ("rail switches" if rails else "one Ethernet switch"))
-        return b.freeze(f"scaleout-roce-{R}", R, "scaleout_roce", desc, reducing=reducing)
-    return b.freeze(f"hgx-{H}x{A}", R, "hgx", desc, reducing=reducing)
-
-
-def build_scaleout_roce(cfg: FabricConfig) -> Topology:
-    """8-accelerator hosts with an in-host switch; hosts joined by RoCE NICs through one Ethernet switch (or, with
-    topology.scaleout_switches=rails, through rail switches and spines)."""
-    return _build_hosts(cfg, "scaleout_roce")
-
-
-def build_hgx(cfg: FabricConfig) -> Topology:
-    """HGX/DGX-class hosts: every accelerator's ports spread over `switch_planes` parallel in-host switch chips;
-    with more than one host, one NIC per accelerator on rail switches (or one switch)."""
-    return _build_hosts(cfg, "hgx")
-
-
-def build_link(cfg: FabricConfig) -> Topology:
-    """Two accelerators joined by one link (the link probe)."""
-    b = _Builder(cfg)
-    b.node("acc0", ACCEL, domain=0)
-    b.node("acc1", ACCEL, domain=0)
-    b.link(0, 1)
-    return b.freeze("link", 2, "link", "two accelerators joined by one link")
-
-
-BUILDERS = {
-    "sd200": build_sd200,
-    "accel_mesh": build_accel_mesh,
-    "accel_torus": lambda cfg: build_accel_mesh(cfg, torus=True),
-    "scaleout_roce": build_scaleout_roce,
-    "hgx": build_hgx,
-    "link": build_link,
-}
 
 
 # ---------------------------------------------------------------- ring order (collectives)

@@ -77,12 +77,13 @@ def link_faults(draw, max_faults=4):
 
 
 TOPOLOGIES = [
-    {"topology.kind": "accel_mesh", "topology.mesh_dims": "2x2x2"},
-    {"topology.kind": "accel_mesh", "topology.mesh_dims": "3x2x1"},
-    {"topology.kind": "accel_torus", "topology.mesh_dims": "3x3x1", "topology.wrap": "true", "link.vcs": "4"},
-    {"topology.kind": "sd200", "topology.switch_mesh_dims": "2x2x1", "topology.accels_per_domain": "2"},
-    {"topology.kind": "scaleout_roce", "topology.scaleout_hosts": "2", "topology.accels_per_domain": "2",
-     "topology.nics_per_host": "2"},
+    {"topology.kind": "accel_mesh", "topology.accel_mesh.mesh_dims": "2x2x2"},
+    {"topology.kind": "accel_mesh", "topology.accel_mesh.mesh_dims": "3x2x1"},
+    {"topology.kind": "accel_torus", "topology.accel_mesh.mesh_dims": "3x3x1", "topology.accel_mesh.wrap": "true",
+     "link.vcs": "4"},
+    {"topology.kind": "sd200", "topology.sd200.switch_mesh_dims": "2x2x1", "topology.accels_per_domain": "2"},
+    {"topology.kind": "scaleout_roce", "topology.scaleout.hosts": "2", "topology.accels_per_domain": "2",
+     "topology.scaleout.nics_per_host": "2"},
 ]
 
 

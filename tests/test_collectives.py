@@ -7,7 +7,7 @@ import dataclasses
 from fabric import collectives, phy, sim
 from fabric.collectives import ALGORITHMS, KINDS, cost_model, select
 from fabric.collectives.cost import MODELS
-from fabric.config import CollectivesConfig, load_config
+from fabric.config import CollectivesConfig, Sd200LibraryConfig, load_config
 from fabric.errors import ConfigError
 from fabric.taskgraph import COMPUTE, LOAD, REDUCE, TRANSFER
 from fabric.trace import COLL_NAMES
@@ -18,12 +18,12 @@ BETA = phy.ps_per_byte(phy.data_gbps(load_config())) / phy.PS_PER_NS    # ns per
 
 def test_sd200_policy_tiers():
     """Fixed ceilings (the auto tiers, the default: tests/test_policy_tiers.py)."""
-    cc = dataclasses.replace(CC, oneshot_max_bytes=8192, twoshot_max_bytes=512 << 10)
+    cc = dataclasses.replace(CC, sd200=Sd200LibraryConfig(oneshot_max_bytes=8192, twoshot_max_bytes=512 << 10))
     assert select("allreduce", 4096, 64, cc) == "oneshot"
-    assert select("allreduce", cc.oneshot_max_bytes, 64, cc) == "oneshot"
+    assert select("allreduce", cc.sd200.oneshot_max_bytes, 64, cc) == "oneshot"
     assert select("allreduce", 14336, 64, cc) == "twoshot"  # the DeepSeek-R1 decode AllReduce: medium tier
-    assert select("allreduce", cc.twoshot_max_bytes, 64, cc) == "twoshot"
-    assert select("allreduce", cc.twoshot_max_bytes + 1, 64, cc) == "ring"
+    assert select("allreduce", cc.sd200.twoshot_max_bytes, 64, cc) == "twoshot"
+    assert select("allreduce", cc.sd200.twoshot_max_bytes + 1, 64, cc) == "ring"
     assert select("allgather", 4040 * 64, 64, cc) == "direct"
     assert select("reduce_scatter", 1 << 30, 64, cc) == "ring"
     assert select("alltoall", 1 << 30, 64, cc) == "direct"

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import engine_agreement as EA  # noqa: E402
 
 H100X2 = load_config("hgx-h100-2x8-ib")
-A100X2 = load_config("dgx-a100", overrides={"topology.scaleout_hosts": 2})
+A100X2 = load_config("dgx-a100", overrides={"topology.scaleout.hosts": 2})
 
 
 @pytest.mark.parametrize("preset,op,nbytes", [
@@ -98,8 +98,8 @@ def test_alltoall_across_nodes_is_correct(nodes, M, proto):
 def test_alltoall_is_paced_by_the_copy_loop():
     """nccl-like AllToAll over 2 nodes x 1 GPU: the half of M that crosses the NIC moves at the library's injection
     rate (eta_net x NIC rate), not at the link rate; the call takes that plus latencies, never less."""
-    cfg = load_config("dgx-a100", overrides={"topology.scaleout_hosts": 2, "topology.accels_per_domain": 1,
-                                             "topology.nics_per_host": 1})
+    cfg = load_config("dgx-a100", overrides={"topology.scaleout.hosts": 2, "topology.accels_per_domain": 1,
+                                             "topology.scaleout.nics_per_host": 1})
     M = 64 << 20
     bound_us = (M / 2) / lib.inject_gbps(lib.fabric_view(cfg), "Simple", 0, 1) / 1e3
     link_us = (M / 2) / lib.fabric_view(cfg).nic_gbps(0) / 1e3

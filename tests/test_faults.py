@@ -183,14 +183,14 @@ def test_a_switch_plane_down_reroutes_and_a_partition_stops_the_run_naming_the_c
     graph = all_pairs(topo, nbytes=20000)
     sw = next(topo.node_names[n] for n in range(topo.n_nodes) if topo.node_kind[n] == 1)
     check_exactly_once(cfg, run_with(cfg, topo, graph, [f"switch:{sw}:down@1"]))
-    cfg = load_config("sd200", overrides={"topology.switch_mesh_dims": "4x4x4", "topology.accels_per_domain": 1})
+    cfg = load_config("sd200", overrides={"topology.sd200.switch_mesh_dims": "4x4x4", "topology.accels_per_domain": 1})
     topo = build(cfg)
     with pytest.raises(PartitionError, match="acc21 cannot reach"):
         run_with(cfg, topo, all_pairs(topo, nbytes=2000, loads=False), ["switch:sw21:down@0.5"])
 
 
 def test_without_faults_the_run_is_the_one_without_the_fault_machinery():
-    cfg = load_config(overrides={"topology.kind": "sd200", "topology.switch_mesh_dims": "2x2x1",
+    cfg = load_config(overrides={"topology.kind": "sd200", "topology.sd200.switch_mesh_dims": "2x2x1",
                                  "topology.accels_per_domain": 2})
     topo = build(cfg)
     graph = all_pairs(topo)

@@ -182,14 +182,14 @@ def test_link_probe_trillion_packets():
 
 def test_huge_switch_mesh_is_refused_before_building():
     from fabric.cli.probe import main
-    one_line_exit_2(invoke(main, ["topology", "-p", "sd200", "--set", "topology.switch_mesh_dims=32x32x32"]),
+    one_line_exit_2(invoke(main, ["topology", "-p", "sd200", "--set", "topology.sd200.switch_mesh_dims=32x32x32"]),
                     "MiB", "sim.max_memory_mb")
 
 
 def test_huge_accel_mesh_is_refused_before_building():
     from fabric.network import build
     with pytest.raises(ConfigError, match="sim.max_memory_mb"):
-        build(load_config(overrides={"topology.kind": "accel_mesh", "topology.mesh_dims": "64x64x64"}))
+        build(load_config(overrides={"topology.kind": "accel_mesh", "topology.accel_mesh.mesh_dims": "64x64x64"}))
 
 
 # ---------------------------------------------------------------- configuration and input files
@@ -197,7 +197,7 @@ def test_huge_accel_mesh_is_refused_before_building():
 CONFIG_TOML = {
     "lanes-true": ("[phy]\nlanes = true\n", "phy.lanes=True is not a valid int"),
     "ber-true": ("[phy]\nber = false\n", "phy.ber=False is not a valid float"),
-    "wrap-int": ("[topology]\nwrap = 1\n", "topology.wrap=1 is not a valid bool"),
+    "wrap-int": ("[topology.accel_mesh]\nwrap = 1\n", "topology.accel_mesh.wrap=1 is not a valid bool"),
     "kind-int": ("[topology]\nkind = 3\n", "topology.kind=3 is not a valid str"),
     "lanes-array": ("[phy]\nlanes = [8]\n", "phy.lanes=[8] is not a valid int"),
     "seed-float": ("[sim]\nseed = 1.5\n", "sim.seed=1.5 is not a valid int"),
@@ -214,9 +214,10 @@ def test_config_types_are_strict(tmp_path, case):
 
 
 def test_numbers_from_set_still_parse():
-    cfg = load_config(overrides={"phy.lanes": "4", "phy.ber": "1e-9", "topology.wrap": "true",
+    cfg = load_config(overrides={"phy.lanes": "4", "phy.ber": "1e-9", "topology.accel_mesh.wrap": "true",
                                  "sim.watchdog_ns": "1e6", "phy.flit_bytes": np.int64(128)})
-    assert cfg.phy.lanes == 4 and cfg.phy.ber == 1e-9 and cfg.topology.wrap is True and cfg.phy.flit_bytes == 128
+    assert cfg.phy.lanes == 4 and cfg.phy.ber == 1e-9 and cfg.topology.accel_mesh.wrap is True
+    assert cfg.phy.flit_bytes == 128
 
 
 NOT_UTF8 = b"[phy]\nlanes = 8 # \xff\xfe caf\xe9\n"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fabric import collectives, sim
 from fabric.collectives import library as lib
 from fabric.collectives.symbolic import check
-from fabric.config import CollectivesConfig, load_config, parse_set
+from fabric.config import CollectivesConfig, NcclLikeConfig, load_config, parse_set
 from fabric.errors import ConfigError
 from fabric.taskgraph import COMPUTE, TRANSFER
 from fabric.tools.collective_probe import probe_collective
@@ -21,8 +21,11 @@ NCCL = load_config(preset="sd200", overrides={"collectives.library": "nccl-like"
 
 
 def nccl(**kw):
+    """sd200 under the nccl-like library with [collectives] keys ([collectives.nccl_like]'s by their own name)."""
+    own = {f.name for f in dataclasses.fields(NcclLikeConfig)}
     return load_config(preset="sd200", overrides={"collectives.library": "nccl-like",
-                                                  **{f"collectives.{k}": v for k, v in kw.items()}})
+                                                  **{f"collectives.{'nccl_like.' * (k in own)}{k}": v
+                                                     for k, v in kw.items()}})
 
 
 def data_transfers(frag):
@@ -52,7 +55,8 @@ def test_unknown_library_is_a_one_line_config_error():
 def test_sd200_profile_is_unchanged():
     """library = sd200 (the default) builds exactly what the config without the key builds: one protocol, flags
     folded (payload + flag_bytes), launch_ns and step_ns as configured."""
-    explicit = load_config(preset="sd200", overrides={"collectives.library": "sd200", "collectives.protocol": "LL"})
+    explicit = load_config(preset="sd200", overrides={"collectives.library": "sd200",
+                                                      "collectives.nccl_like.protocol": "LL"})
     for kind, alg, nb in [("allreduce", "oneshot", 4096), ("allreduce", "twoshot", 14336),
                           ("allreduce", "ring", 1 << 20), ("allgather", "direct", 65536)]:
         a = collectives.build(kind, alg, nb, 8, SD)
@@ -175,7 +179,8 @@ def test_nccl_like_fragments_are_correct(case):
 def test_library_keys_are_documented_config():
     f = {x.name: x for x in dataclasses.fields(CollectivesConfig)}
     assert f["library"].metadata["choices"] == lib.LIBRARIES
-    assert f["protocol"].metadata["choices"] == ("auto",) + lib.PROTOCOLS
+    own = {x.name: x for x in dataclasses.fields(NcclLikeConfig)}
+    assert own["protocol"].metadata["choices"] == ("auto",) + lib.PROTOCOLS
 
 
 ROCE = load_config(preset="scaleout-roce", overrides={"collectives.library": "nccl-like"})

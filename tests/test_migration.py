@@ -18,7 +18,7 @@ from fabric.taskgraph import COMPUTE, TRANSFER
 from strategies import permanent_faults
 from test_faults import invoke
 
-SMALL = {"topology.kind": "sd200", "topology.switch_mesh_dims": "2x1x1", "topology.accels_per_domain": 2,
+SMALL = {"topology.kind": "sd200", "topology.sd200.switch_mesh_dims": "2x1x1", "topology.accels_per_domain": 2,
          "manager.migrate": True}
 
 
@@ -84,17 +84,17 @@ def check_segments(cfg, runs, n_tasks):
 
 
 def test_spares_hang_off_the_domain_switches_round_robin_and_only_sd200_has_them():
-    topo = build(load_config(overrides={**SMALL, "topology.spares": 3}))
+    topo = build(load_config(overrides={**SMALL, "topology.sd200.spares": 3}))
     assert topo.n_ranks == 7 and topo.n_spares == 3
     assert topo.node_names[4:7] == ["spare0", "spare1", "spare2"]
     sw = [topo.node_names[topo.ch_dst[c]] for c in range(topo.n_channels) if topo.ch_src[c] in (4, 5, 6)]
     assert sw == ["sw0", "sw0", "sw1", "sw1", "sw0", "sw0"]          # ports_per_accel = 2 each
     with pytest.raises(ConfigError, match="sd200 builder only"):
-        load_config(overrides={"topology.kind": "accel_mesh", "topology.spares": 1})
+        load_config(overrides={"topology.kind": "accel_mesh", "topology.sd200.spares": 1})
 
 
 def test_a_cut_off_rank_migrates_to_a_spare_in_its_domain_and_the_step_finishes():
-    over = {"topology.spares": 2, "manager.migration_ns": 20_000}
+    over = {"topology.sd200.spares": 2, "manager.migration_ns": 20_000}
     specs = ["link:acc1-sw0:down@3"]
     cfg, topo, graph, res, rec, runs = migrate(over, specs)
     check_segments(cfg, runs, len(graph["kind"]))
@@ -119,25 +119,25 @@ def test_a_cut_off_rank_migrates_to_a_spare_in_its_domain_and_the_step_finishes(
 
 
 def test_auto_migration_time_is_the_state_over_the_spares_ports():
-    cfg, topo, graph, res, rec, runs = migrate({"topology.spares": 1}, ["link:acc1-sw0:down@3"])
+    cfg, topo, graph, res, rec, runs = migrate({"topology.sd200.spares": 1}, ["link:acc1-sw0:down@3"])
     (e,) = rec["events"]
     rate = sum(1e3 / topo.ch_ps_per_byte[c] for c in range(topo.n_channels) if topo.ch_src[c] == 4)   # GB/s
     assert e["migration_us"] == pytest.approx(cfg.manager.migration_state_gb / rate * 1e6, rel=1e-6)
 
 
 def test_a_second_partition_migrates_again_and_without_a_spare_left_one_line_says_so():
-    over = {"topology.spares": 2, "manager.migration_ns": 5000}
+    over = {"topology.sd200.spares": 2, "manager.migration_ns": 5000}
     specs = ["link:acc1-sw0:down@1", "link:acc2-sw1:down@100"]
     cfg, topo, graph, res, rec, runs = migrate(over, specs, ring_graph(4, 40, loads=True))
     check_segments(cfg, runs, len(graph["kind"]))
     assert [e["moves"] for e in rec["events"]] == [{"acc1": "spare0"}, {"acc2": "spare1"}]
     with pytest.raises(migration.MigrationError, match="no reachable spare is left for acc2") as err:
-        migrate({"topology.spares": 1, "manager.migration_ns": 5000}, specs, ring_graph(4, 40))
+        migrate({"topology.sd200.spares": 1, "manager.migration_ns": 5000}, specs, ring_graph(4, 40))
     assert len(str(err.value).splitlines()) == 1
 
 
 def test_a_switch_down_moves_all_its_ranks_to_spares_elsewhere():
-    over = {"topology.spares": 4, "manager.migration_ns": 5000}
+    over = {"topology.sd200.spares": 4, "manager.migration_ns": 5000}
     cfg, topo, graph, res, rec, runs = migrate(over, ["switch:sw1:down@2"])
     check_segments(cfg, runs, len(graph["kind"]))
     (e,) = rec["events"]
@@ -148,8 +148,8 @@ def test_a_switch_down_moves_all_its_ranks_to_spares_elsewhere():
 
 @st.composite
 def migration_case(draw):
-    over = {**SMALL, "topology.switch_mesh_dims": draw(st.sampled_from(["2x1x1", "2x2x1", "3x1x1"])),
-            "topology.accels_per_domain": draw(st.integers(1, 2)), "topology.spares": draw(st.integers(0, 3)),
+    over = {**SMALL, "topology.sd200.switch_mesh_dims": draw(st.sampled_from(["2x1x1", "2x2x1", "3x1x1"])),
+            "topology.accels_per_domain": draw(st.integers(1, 2)), "topology.sd200.spares": draw(st.integers(0, 3)),
             "topology.ports_per_accel": draw(st.integers(1, 2)),
             "manager.detection_ns": draw(st.sampled_from([0.0, 100.0, 1000.0])),
             "manager.route_update_ns": draw(st.sampled_from([0.0, 500.0, 3000.0])),
@@ -198,10 +198,10 @@ def test_ten_thousand_random_migration_scenarios(case):
 # ---------------------------------------------------------------- command line
 
 @pytest.mark.parametrize("args, needle", [
-    (["--fault", "link:acc3-sw0:down@100"], "--set topology.spares=N"),
-    (["--set", "topology.spares=1", "--fault", "switch:sw5:down@200"], "no reachable spare is left for acc41"),
-    (["--set", "topology.spares=1", "--set", "topology.kind=accel_mesh"], "sd200 builder only"),
-    (["--set", "topology.spares=1", "--timeline", "t.json"], "--timeline cannot draw"),
+    (["--fault", "link:acc3-sw0:down@100"], "--set topology.sd200.spares=N"),
+    (["--set", "topology.sd200.spares=1", "--fault", "switch:sw5:down@200"], "no reachable spare is left for acc41"),
+    (["--set", "topology.sd200.spares=1", "--set", "topology.kind=accel_mesh"], "sd200 builder only"),
+    (["--set", "topology.sd200.spares=1", "--timeline", "t.json"], "--timeline cannot draw"),
 ])
 def test_migrate_errors_are_one_line_and_exit_code_2(args, needle, tmp_path, monkeypatch):
     from fabric.cli.replay import main
@@ -213,7 +213,7 @@ def test_migrate_errors_are_one_line_and_exit_code_2(args, needle, tmp_path, mon
 def test_replay_migrates_a_cut_off_rank_and_reports_it(tmp_path):
     from fabric.cli.replay import main
     out = tmp_path / "r.json"
-    r, _ = invoke(main, ["--migrate", "--fault", "link:acc3-sw0:down@4400", "--set", "topology.spares=8",
+    r, _ = invoke(main, ["--migrate", "--fault", "link:acc3-sw0:down@4400", "--set", "topology.sd200.spares=8",
                          "--json", str(out)])
     assert r.exit_code == 0, r.output
     rep = json.loads(out.read_text())
@@ -230,7 +230,7 @@ def test_replay_migrates_a_cut_off_rank_and_reports_it(tmp_path):
 
 
 def test_without_migrate_a_partition_still_stops_the_run():
-    cfg = with_overrides(load_config(overrides={**SMALL, "manager.migrate": False, "topology.spares": 2}),
+    cfg = with_overrides(load_config(overrides={**SMALL, "manager.migrate": False, "topology.sd200.spares": 2}),
                          {"faults": ("link:acc1-sw0:down@3",)})
     topo = build(cfg)
     with pytest.raises(PartitionError, match="acc1 cannot reach"):

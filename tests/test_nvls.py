@@ -83,7 +83,7 @@ def test_tuner_considers_nvls_only_with_capability():
         assert (ch.algorithm == "nvls") == cap
     cfg = _cfg("hgx-h200-2x8-roce")
     assert tune("allreduce", 1 << 30, 16, cfg, fabric_view(cfg)).algorithm == "nvls_tree"
-    cfg = _cfg("dgx-b200", **{"collectives.symmetric": True})
+    cfg = _cfg("dgx-b200", **{"collectives.nccl_like.symmetric": True})
     assert tune("allreduce", 8, 8, cfg, fabric_view(cfg)).algorithm == "sym_oneshot"
     assert tune("allreduce", 64 << 20, 8, cfg, fabric_view(cfg)).algorithm == "sym_nvls"
 
@@ -109,7 +109,7 @@ def test_nvls_conservation():
 
 @pytest.mark.parametrize("preset,ov,ranks,sizes", [
     ("dgx-h100", {}, 8, (8, 1 << 20, 16 << 20)),
-    ("dgx-b200", {"collectives.symmetric": True}, 8, (8, 64 << 10, 1 << 20, 16 << 20)),
+    ("dgx-b200", {"collectives.nccl_like.symmetric": True}, 8, (8, 64 << 10, 1 << 20, 16 << 20)),
     ("hgx-h200-2x8-roce", {}, 16, (16 << 20,)),
 ])
 def test_engines_agree(preset, ov, ranks, sizes):

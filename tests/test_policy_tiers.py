@@ -34,8 +34,8 @@ def test_tiers_depend_on_group_size():
     t = policy.times("allreduce", 4096, 64, SD200, oracle=ORACLE)
     assert min(t, key=t.get) == "twoshot" and t["oneshot"] > t["twoshot"]
     # a fixed ceiling still fixes the tiers (store path)
-    fixed = load_config("sd200", overrides={"collectives.oneshot_max_bytes": 8192,
-                                            "collectives.twoshot_max_bytes": 524288})
+    fixed = load_config("sd200", overrides={"collectives.sd200.oneshot_max_bytes": 8192,
+                                            "collectives.sd200.twoshot_max_bytes": 524288})
     assert [select("allreduce", m, 64, fixed) for m in (8192, 8193, 524289)] == ["oneshot", "twoshot", "ring"]
 
 

@@ -138,8 +138,8 @@ def test_cyclic_routing_on_a_torus_without_datelines_is_refused_naming_a_cycle()
 
 
 def test_ring_without_datelines_deadlocks_with_datelines_does_not():
-    cfg = load_config(overrides={"topology.kind": "accel_torus", "topology.mesh_dims": "5",
-                                 "topology.links_per_neighbor": 1})
+    cfg = load_config(overrides={"topology.kind": "accel_torus", "topology.accel_mesh.mesh_dims": "5",
+                                 "topology.accel_mesh.links_per_neighbor": 1})
     build(cfg)   # dateline VCs: fine
     t = build(cfg, check=False)
     routing.route(t, "dor", datelines=False)
@@ -337,9 +337,9 @@ def reference_router_candidates(topo, datelines: bool):
 def test_compiled_router_candidates_match_the_python_definition(preset, dims, datelines):
     """route_tables.pxi's loop over router pairs gives the tables of the Python loop it replaced, ties and datelines
     included."""
-    cfg = load_config(preset=preset, overrides={"topology.mesh_dims": dims} if dims else None)
-    from fabric.topology import BUILDERS
-    topo = BUILDERS[cfg.topology.kind](cfg)
+    cfg = load_config(preset=preset, overrides={"topology.accel_mesh.mesh_dims": dims} if dims else None)
+    from fabric import topologies
+    topo = topologies.get(cfg.topology.kind).build(cfg)
     got = routing._router_candidates(topo, datelines)
     want = reference_router_candidates(topo, datelines)
     for g, w in zip(got, want):

@@ -119,7 +119,7 @@ def test_scaleout_per_channel_rates_and_node_latencies():
 
 
 def test_scaleout_with_one_nic_per_host_routes_through_the_host_switch():
-    t = built("scaleout-roce", **{"topology.nics_per_host": 1})
+    t = built("scaleout-roce", **{"topology.scaleout.nics_per_host": 1})
     assert [t.node_names[t.ch_dst[c]] for c in t.paths(0, 9)[0]] == ["hsw0", "nic0", "eth0", "nic1", "hsw1", "acc9"]
 
 
@@ -158,9 +158,9 @@ def test_1024_accelerators_build_and_route_fast():
 
 
 @pytest.mark.parametrize("overrides, match", [
-    ({"topology.kind": "accel_mesh", "topology.mesh_dims": "4xq"}, "mesh_dims"),
-    ({"topology.switch_mesh_dims": "0x2x2"}, "switch_mesh_dims"),
-    ({"topology.kind": "scaleout_roce", "topology.nics_per_host": 3}, "nics_per_host"),
+    ({"topology.kind": "accel_mesh", "topology.accel_mesh.mesh_dims": "4xq"}, "mesh_dims"),
+    ({"topology.sd200.switch_mesh_dims": "0x2x2"}, "switch_mesh_dims"),
+    ({"topology.kind": "scaleout_roce", "topology.scaleout.nics_per_host": 3}, "nics_per_host"),
 ])
 def test_bad_topology_config_is_a_clear_config_error(overrides, match):
     with pytest.raises(ConfigError, match=match):
@@ -177,7 +177,8 @@ def test_probe_topology_command(tmp_path):
     for key in ("nodes", "links", "diameter", "average_hops", "bisection_GBps"):
         assert key in data
     assert data["diameter"] == 9 and data["nodes"] == 64 and data["links"] == 144
-    res = CliRunner().invoke(topology_cmd, ["--set", "topology.kind=accel_torus", "--set", "topology.mesh_dims=5"])
+    res = CliRunner().invoke(topology_cmd, ["--set", "topology.kind=accel_torus",
+                                            "--set", "topology.accel_mesh.mesh_dims=5"])
     assert res.exit_code == 0 and "diameter         2 hops" in res.output
     res = CliRunner().invoke(topology_cmd, ["--preset", "no-such"])
     assert res.exit_code == 2 and "unknown preset" in res.output

@@ -9,7 +9,8 @@ from fabric.config import load_config
 from fabric.errors import ConfigError
 from fabric.network import build
 from fabric.phy import GBps
-from fabric.topology import ACCEL, NIC, SWITCH, local_index, plane_split, ring_order
+from fabric.topologies.hgx import plane_split
+from fabric.topology import ACCEL, NIC, SWITCH, local_index, ring_order
 
 _CACHE = {}
 
@@ -21,8 +22,8 @@ def built(preset=None, **overrides):
     return _CACHE[key]
 
 
-HGX = {"topology.kind": "hgx", "topology.ports_per_accel": 18, "topology.switch_planes": 4,
-       "topology.plane_ports": "5,4,4,5"}
+HGX = {"topology.kind": "hgx", "topology.ports_per_accel": 18, "topology.hgx.switch_planes": 4,
+       "topology.hgx.plane_ports": "5,4,4,5"}
 
 # preset: (GPUs per node, links per GPU, planes, per-plane split, per-GPU GB/s per direction from the spec)
 SPECS = {
@@ -71,12 +72,12 @@ def test_port_counts_per_accelerator_and_per_plane(preset):
 
 
 def test_even_split_and_explicit_split_are_checked():
-    assert plane_split(load_config(overrides={**HGX, "topology.plane_ports": ""})) == [5, 5, 4, 4]
-    cfg = load_config(overrides={**HGX, "topology.plane_ports": "5,5,5"})
+    assert plane_split(load_config(overrides={**HGX, "topology.hgx.plane_ports": ""})) == [5, 5, 4, 4]
+    cfg = load_config(overrides={**HGX, "topology.hgx.plane_ports": "5,5,5"})
     with pytest.raises(ConfigError, match="plane_ports"):
         build(cfg)
     with pytest.raises(ConfigError, match="switch_planes"):
-        build(load_config(overrides={**HGX, "topology.plane_ports": "", "topology.switch_planes": 20}))
+        build(load_config(overrides={**HGX, "topology.hgx.plane_ports": "", "topology.hgx.switch_planes": 20}))
 
 
 @pytest.mark.parametrize("preset", sorted(SPECS))
@@ -160,7 +161,7 @@ def test_flows_spread_over_every_plane_and_port(preset):
 def test_routing_stays_fast_on_many_hosts():
     import time
     t0 = time.perf_counter()
-    t = build(load_config(overrides={**HGX, "topology.scaleout_hosts": 8, "topology.scaleout_switches": "rails"}))
+    t = build(load_config(overrides={**HGX, "topology.scaleout.hosts": 8, "topology.scaleout.switches": "rails"}))
     assert time.perf_counter() - t0 < 10
     assert t.n_ranks == 64 and t.n_candidates(0, 1) == 18
 
@@ -168,7 +169,7 @@ def test_routing_stays_fast_on_many_hosts():
 def test_scaleout_roce_can_be_rail_aligned_and_stays_unchanged_by_default():
     t = built("scaleout-roce")
     assert "eth0" in t.node_names and not any(n.startswith("rail") for n in t.node_names)
-    t = built("scaleout-roce", **{"topology.scaleout_switches": "rails"})
+    t = built("scaleout-roce", **{"topology.scaleout.switches": "rails"})
     for r in range(t.n_ranks):
         nic = int(_neighbours(t, r, NIC)[0])
         assert [t.node_names[x] for x in _neighbours(t, nic, SWITCH)] == [f"rail{r % 8}"]
@@ -178,8 +179,8 @@ def test_scaleout_roce_can_be_rail_aligned_and_stays_unchanged_by_default():
 def test_rail_only_fabric_has_no_cross_rail_route():
     from fabric.errors import RoutingError
     with pytest.raises(RoutingError, match="no legal route"):
-        build(load_config(overrides={**HGX, "topology.scaleout_hosts": 2, "topology.scaleout_switches": "rails",
-                                     "topology.rail_spines": 0}))
+        build(load_config(overrides={**HGX, "topology.scaleout.hosts": 2, "topology.scaleout.switches": "rails",
+                                     "topology.scaleout.rail_spines": 0}))
 
 
 def _crossings(t, order):
@@ -189,7 +190,7 @@ def _crossings(t, order):
 
 @pytest.mark.parametrize("hosts", [2, 3, 4])
 def test_ring_order_is_a_rail_aligned_permutation(hosts):
-    t = built(None, **{**HGX, "topology.scaleout_hosts": hosts, "topology.scaleout_switches": "rails"})
+    t = built(None, **{**HGX, "topology.scaleout.hosts": hosts, "topology.scaleout.switches": "rails"})
     loc = local_index(t)
     order = ring_order(t)
     assert sorted(order) == list(range(t.n_ranks))

@@ -47,7 +47,7 @@ def test_double_binary_tree_shape(N):
 
 @pytest.mark.parametrize("preset,ov,n", [("hgx-h100-2x8-ib", {}, 16),
                                          ("hgx-h200-2x8-roce", {"topology.accels_per_domain": 1,
-                                                                "topology.nics_per_host": 1}, 2),
+                                                                "topology.scaleout.nics_per_host": 1}, 2),
                                          ("scaleout-roce", {}, 24)])
 def test_fragment_is_correct(preset, ov, n):
     """Uneven sizes, every protocol, one to many channels (both trees), 2 and 3 nodes, one GPU per node."""

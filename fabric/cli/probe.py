@@ -18,7 +18,7 @@ from fabric.cli.common import echo_timeline, timeline_option
 from fabric.cli.probe_collective import collective_cmd
 from fabric.cli.probe_kernel import kernel_cmd
 from fabric.cli.probe_topology import topology_cmd
-from fabric.config import describe
+from fabric.config import describe, describe_sections
 
 
 @click.group(cls=Group, help="Measure one piece of the fabric: a link, the topology, a latency, a collective, a compute kernel.")
@@ -75,18 +75,28 @@ def link(payload_bytes, ber, packets, preset, config_file, sets, seed, json_path
     write_json(json_path, r, provenance(cfg, preset, config_file, sets, seed, {} if ber is None else {"phy.ber": ber}))
 
 
-@main.command("params", help="List every model parameter with its unit, default, range and reason.")
+@main.command("params", help="List every model parameter with its unit, default, range and reason, by section "
+                             "and sub-section ([topology.<kind>], [collectives.<library>]), grouped by unit.")
 @click.option("--json", "as_json", is_flag=True,
-              help="print the list as JSON (key, default, unit, range, help, reason)")
+              help="print the list as JSON (key, section, default, unit, range, help, reason, replaces)")
 @friendly
 def params(as_json):
     if as_json:
         import json
         click.echo(json.dumps(describe(), indent=2, default=str))
         return
-    for row in describe():
-        click.echo(f"{row['key']:32s} {row['default']!s:>12} {row['unit']:10s} {row['range']:22s} {row['help']}")
-        click.echo(f"{'':32s} reason: {row['reason']}")
+    rows = describe()
+    for sec in describe_sections():
+        mine = [r for r in rows if r["section"] == sec["section"]]
+        readers = f" (read by topology.kind {', '.join(sec['read_by'])})" if sec.get("read_by") else ""
+        click.echo(f"[{sec['section']}]  {sec['doc']}{readers}")
+        units = list(dict.fromkeys(r["unit"] for r in mine))     # in the order the section declares them
+        for unit in units:
+            click.echo(f"  {unit}")
+            for row in (r for r in mine if r["unit"] == unit):
+                was = f" (was {', '.join(row['replaces'])})" if row["replaces"] else ""
+                click.echo(f"    {row['key']:40s} {row['default']!s:>12}  {row['range']:22s} {row['help']}{was}")
+                click.echo(f"      reason: {row['reason']}")
 
 
 @main.command("latency", help="Latency of one store or load between two accelerators on an idle fabric.")

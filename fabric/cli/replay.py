@@ -114,7 +114,7 @@ def render_migration(m: dict) -> list[str]:
               help="threads that run the step's independent parts, e.g. data-parallel replicas (fabric.parts)  "
                    "[default: the cores available; 1: one engine; the report is identical]")
 @click.option("--migrate", is_flag=True, default=False,
-              help="a rank a fault cuts off hands its work to a spare (topology.spares) and the step finishes "
+              help="a rank a fault cuts off hands its work to a spare (topology.sd200.spares) and the step finishes "
                    "(manager.migrate; docs/faults.md)")
 @friendly
 def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timeline_path, faults, jobs, migrate):

@@ -116,8 +116,9 @@ NCCL_LIKE = {
                     "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt (>= 4M)"),
     "nvls_efficiency": Const(0.85, "ratio", "NCCL nvlsEfficiency of the architecture (Hopper 0.85, Blackwell 0.74); "
                              "only k_nvls x this is used", "NCCL src/graph/tuning.cc (ratio between arches)"),
-    "launch_sym_ns": Const(2610.0, "ns", "NCCL 2.27 symmetric-kernel launch + prologue (collectives.symmetric)",
-                           _FIT, "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt (8 B-8 KB)"),
+    "launch_sym_ns": Const(2610.0, "ns",
+                           "NCCL 2.27 symmetric-kernel launch + prologue (collectives.nccl_like.symmetric)", _FIT,
+                           "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt (8 B-8 KB)"),
     "p2p_ll_max_bytes": Const(16384, "B", "alltoall / broadcast use LL when the bytes per peer are at most this",
                               "NCCL P2P_LL_THRESHOLD (src/enqueue.cc)"),
 }
@@ -134,7 +135,7 @@ SD200 = {"policy": "sd200 (tiers oneshot < twoshot < ring on the store, load or 
 PROFILES = {"sd200": SD200, "nccl-like": NCCL_LIKE}
 
 
-# profile values a [collectives] key may override (architecture / fabric / run facts; 0 = keep the profile's)
+# profile values a [collectives.nccl_like] key may override (architecture / fabric / run facts; 0 = keep the profile's)
 _CONFIG_KEYS = {"ll_max_bw_gbps": "ll_max_bw_gbps", "max_channels": "max_channels", "eta_net": "net_efficiency",
                 "nvls_efficiency": "nvls_efficiency"}
 
@@ -142,7 +143,7 @@ _CONFIG_KEYS = {"ll_max_bw_gbps": "ll_max_bw_gbps", "max_channels": "max_channel
 def value(key: str, cc=None) -> float:
     """A profile value; with a CollectivesConfig `cc`, its non-zero override where one exists."""
     if cc is not None and key in _CONFIG_KEYS:
-        v = getattr(cc, _CONFIG_KEYS[key], 0)
+        v = getattr(cc.nccl_like, _CONFIG_KEYS[key])
         if v:
             return v
     return NCCL_LIKE[key].value
@@ -151,8 +152,9 @@ def value(key: str, cc=None) -> float:
 def launch_ns(cc) -> float:
     """Per-call launch: the fitted software launch (symmetric kernels: launch_sym_ns), plus the host's cost per
     extra GPU of a -g N run."""
-    base = value("launch_sym_ns") if getattr(cc, "symmetric", False) else value("launch_ns")
-    return base + (cc.gpus_per_process - 1) * cc.host_launch_ns
+    run = cc.nccl_like
+    base = value("launch_sym_ns") if run.symmetric else value("launch_ns")
+    return base + (run.gpus_per_process - 1) * run.host_launch_ns
 
 
 def check_library(name: str) -> str:
@@ -441,14 +443,14 @@ _ALG_PROTOCOL = {"nvls": "Simple", "nvls_tree": "Simple", "sym_nvls": "Simple", 
 
 def nvls_candidates(view: FabricView, n: int, cc) -> list[str]:
     """AllReduce algorithms of the in-switch family the fabric and run mode allow: nvls (one domain) / nvls_tree
-    (several) where every rank's switches reduce (switch.reduction), and with collectives.symmetric the NCCL 2.27
-    symmetric kernels of one domain (sym_oneshot; sym_nvls where the switches reduce)."""
+    (several) where every rank's switches reduce (switch.reduction), and with collectives.nccl_like.symmetric the
+    NCCL 2.27 symmetric kernels of one domain (sym_oneshot; sym_nvls where the switches reduce)."""
     if n < 2 or n > view.topo.n_ranks:
         return []
     one = len(set(view.topo.node_domain[:n].tolist())) == 1
     cap = capable(view, range(n))
     out = []
-    if getattr(cc, "symmetric", False) and one:
+    if cc.nccl_like.symmetric and one:
         out += ["sym_oneshot"] + (["sym_nvls"] if cap else [])
     if cap:
         out += ["nvls"] if one else (["nvls_tree"] if _domains(view, n) else [])
@@ -458,8 +460,8 @@ def nvls_candidates(view: FabricView, n: int, cc) -> list[str]:
 def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
          algorithm: str | None = None) -> Choice:
     """(algorithm, protocol, channels) for one call of the nccl-like library: the candidate of least estimated
-    time (NCCL's tuner), or the forced algorithm/protocol of collectives.policy / collectives.protocol (or of
-    `algorithm`)."""
+    time (NCCL's tuner), or the forced algorithm/protocol of collectives.policy / collectives.nccl_like.protocol
+    (or of `algorithm`)."""
     cc = getattr(cfg, "collectives", cfg)
     view = view if view is not None else fabric_view(cfg)
     if algorithm is not None:
@@ -480,8 +482,8 @@ def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
         protos = ["LL" if per <= value("p2p_ll_max_bytes") else "Simple"]
     else:
         protos = list(PROTOCOLS)
-    if cc.protocol != "auto":
-        protos = [cc.protocol]
+    if cc.nccl_like.protocol != "auto":
+        protos = [cc.nccl_like.protocol]
     best = None
     for a in algs:
         for p in protos:

@@ -15,7 +15,7 @@ traffic and contend with everything else on those links.
   of it: each GPU sends and receives M (1 + 1/g) (NCCL's NVLS; the conservation test counts it on the links).
 - NVLS tree (several domains, NCCL NVLS_TREE class): the reduce-load phase in every domain, ring AllReduce of chunk j
   over the NIC rails among the ranks of in-domain index j (sliced._Rings, as `hierarchical`), multicast phase.
-- Symmetric kernels (collectives.symmetric, NCCL 2.27): `sym_oneshot` (LL: every rank stores its M into every
+- Symmetric kernels (collectives.nccl_like.symmetric, NCCL 2.27): `sym_oneshot` (LL: every rank stores its M into every
   peer, one wait) and `sym_nvls` (the NVLS two-shot above with two Simple step latencies instead of the NVLS
   algorithm latency), both after the symmetric launch launch_sym_ns.
 

@@ -77,17 +77,17 @@ def _select(kind: str, nbytes: int, n_ranks: int, cfg: FabricConfig, oracle) -> 
         return tune(kind, nbytes, n_ranks, cfg).algorithm
     pol = cc.policy
     tiered = pol in ("sd200", "auto")
-    if tiered and kind in CANDIDATES and not (cc.oneshot_max_bytes or cc.twoshot_max_bytes):
+    if tiered and kind in CANDIDATES and not (cc.sd200.oneshot_max_bytes or cc.sd200.twoshot_max_bytes):
         return _fastest(kind, nbytes, n_ranks, cfg, oracle) if n_ranks > 1 else CANDIDATES[kind][0]
     if kind == "allreduce":
         if tiered:
-            if nbytes <= cc.oneshot_max_bytes:
+            if nbytes <= cc.sd200.oneshot_max_bytes:
                 return "oneshot"
-            return "twoshot" if nbytes <= cc.twoshot_max_bytes else "ring"
+            return "twoshot" if nbytes <= cc.sd200.twoshot_max_bytes else "ring"
         return pol
     if kind in ("allgather", "reduce_scatter"):
         if tiered:
-            return "direct" if nbytes <= cc.twoshot_max_bytes else "ring"
+            return "direct" if nbytes <= cc.sd200.twoshot_max_bytes else "ring"
         if pol.startswith(("oneshot", "twoshot")):
             return "direct"
         if pol == "halving_doubling":

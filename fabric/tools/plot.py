@@ -130,9 +130,8 @@ def collective(results: list[tuple[str, dict | list]], out: str, measured: str |
 
 def config_from_meta(meta: dict):
     """The FabricConfig a result's meta.config describes."""
-    from fabric.config import load_config
-    flat = {f"{s}.{k}": v for s, kv in meta["config"].items() if isinstance(kv, dict) for k, v in kv.items()}
-    return load_config(overrides=flat)
+    from fabric.config import from_dict
+    return from_dict({s: kv for s, kv in meta["config"].items() if isinstance(kv, dict)}, "the result's meta.config")
 
 
 def _plane_xy(x: int, y: int, z: int, dims, sx: float) -> tuple[float, float]:

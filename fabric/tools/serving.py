@@ -27,7 +27,7 @@ PRESET = "sd200"
 ENGINE = "analytic"
 # The 64-accelerator sd200 preset with its 2x2x2 mesh of domain switches cut to 2x1x1: 2 domains x 8 = 16 ranks,
 # the same switches, links and software.
-PRESET_16 = {"topology.switch_mesh_dims": "2x1x1"}
+PRESET_16 = {"topology.sd200.switch_mesh_dims": "2x1x1"}
 DTYPES_BY_SIZE = ("bf16", "fp8", "int8", "int4")   # the weight dtypes tried, largest first
 
 # Published (docs/sources.md §SD200 serving); never read by the experiments below.

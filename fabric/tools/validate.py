@@ -351,7 +351,7 @@ def format_batch_sweep(batch: dict) -> str:
 
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "data" / "calibration"
 MSCCLPP_FILE = "mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt"
-_2X1 = {"topology.accels_per_domain": 1, "topology.nics_per_host": 1}
+_2X1 = {"topology.accels_per_domain": 1, "topology.scaleout.nics_per_host": 1}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,12 +373,13 @@ class CalTable:
 
 CALIBRATION = (
     CalTable("a100_1x8_g8", "1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt", None, "dgx-a100",
-             {"collectives.gpus_per_process": 8}, 8, 1, "nccl-tests -g 8: one process drives 8 GPUs"),
+             {"collectives.nccl_like.gpus_per_process": 8}, 8, 1, "nccl-tests -g 8: one process drives 8 GPUs"),
     CalTable("b200_1x8_sym", "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt", None, "dgx-b200",
-             {"collectives.symmetric": True}, 8, 1,
-             "NCCL 2.27 symmetric-memory kernels (one-shot LL, NVLS two-shot): the run mode collectives.symmetric"),
+             {"collectives.nccl_like.symmetric": True}, 8, 1,
+             "NCCL 2.27 symmetric-memory kernels (one-shot LL, NVLS two-shot): the run mode "
+             "collectives.nccl_like.symmetric"),
     CalTable("h200_2x8_roce", "2node_8xH200_RoCE400G_spectrumx_openshift.txt", None, "hgx-h200-2x8-roce",
-             {"collectives.gpus_per_process": 8}, 16, 2,
+             {"collectives.nccl_like.gpus_per_process": 8}, 16, 2,
              "one process per node --ngpus 8; NCCL uses NVLS / NVLS tree (in-switch reduction) here"),
     CalTable("h200_2x1_roce", "2node_1xH200_RoCE_gke_dranet.txt", None, "hgx-h200-2x8-roce", dict(_2X1), 2, 2,
              "2 nodes x 1 GPU + 1 NIC (accels_per_domain=1, nics_per_host=1); the GKE fabric's extra latency is "
@@ -386,8 +387,8 @@ CALIBRATION = (
     CalTable("a100ib_1x8", MSCCLPP_FILE, "1 node, 8 gpus/node", "dgx-a100", {}, 8, 1,
              "NCCL columns, CUDA graph, one process per GPU; AllReduce 1G busbw: the ndmv4 file's 231.45 GB/s"),
     CalTable("a100ib_2x1", MSCCLPP_FILE, "2 nodes, 1 gpu/node", "dgx-a100",
-             dict(_2X1, **{"topology.scaleout_hosts": 2}), 2, 2, "HDR 200G IB, 1 GPU + 1 NIC per node"),
-    CalTable("a100ib_2x8", MSCCLPP_FILE, "2 nodes, 8 gpus/node", "dgx-a100", {"topology.scaleout_hosts": 2}, 16, 2,
+             dict(_2X1, **{"topology.scaleout.hosts": 2}), 2, 2, "HDR 200G IB, 1 GPU + 1 NIC per node"),
+    CalTable("a100ib_2x8", MSCCLPP_FILE, "2 nodes, 8 gpus/node", "dgx-a100", {"topology.scaleout.hosts": 2}, 16, 2,
              "8 rails of HDR 200G IB"),
 )
 
