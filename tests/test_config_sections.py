@@ -21,7 +21,7 @@ def fresh(monkeypatch):
 
 def test_every_kind_is_one_registered_record():
     kinds = topologies.KINDS
-    assert {"sd200", "accel_mesh", "accel_torus", "scaleout_roce", "hgx", "link"} <= set(kinds)
+    assert {"sd200", "accel_mesh", "accel_torus", "scaleout_roce", "hgx", "link", "switch_torus"} <= set(kinds)
     choices = dict((f.name, f) for f in dataclasses.fields(C.TopologyConfig))["kind"].metadata["choices"]
     assert set(choices) == set(kinds)
     topo = C.FabricConfig().topology

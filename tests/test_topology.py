@@ -32,6 +32,7 @@ COUNTS = {
     "sd200-accel-mesh": (64, 0, 0, 144),               # 4x4x4 mesh: 144 edges, one link each
     "mesh-4x4x4": (64, 0, 0, 144),
     "torus-4x4x4": (64, 0, 0, 192),                    # 3 * 64 ring edges
+    "switch-torus-4x4": (64, 16, 0, 64 * 2 + 32 * 2),  # 4x4 torus of switches: 2 * 16 ring edges x 2 links
     "scaleout-roce": (64, 9, 64, 64 * 2 + 64 + 64),    # accel-hsw x2, accel-NIC, NIC-eth
     "link": (2, 0, 0, 1),
     "dgx-a100": (8, 6, 0, 8 * 12),                     # 12 NVLink3 per GPU over 6 NVSwitch planes, no NICs
