@@ -84,3 +84,18 @@ def test_golden_small_run():
     assert r["ttft_ms"]["p50"] == pytest.approx(0.3688585891893626, rel=1e-9)
     assert r["tpot_ms"]["p50"] == pytest.approx(0.18703976784165505, rel=1e-9)
     assert r["output_tokens_per_s"] == pytest.approx(206101.07749817736, rel=1e-9)
+
+
+@pytest.mark.parametrize("model, tp, n, ctx", [("deepseek-r1", 64, 5, 1000), ("deepseek-r1", 1, 65, 4377),
+                                               ("llama-3-70b", 8, 300, 0), ("toy-mla", 8, 7, 2000)])
+def test_decode_attention_without_a_capture(model, tp, n, ctx):
+    """The step model's decode attention (capture.plan.decode_attention_ns) is the capture's attention rows."""
+    from fabric.capture import Plan, capture, load_chip, resolve_model
+    from fabric.capture.plan import decode_attention_ns
+    from fabric.capture.spec import spec_from_config
+    chip = load_chip("sd200-accelerator")
+    cols = capture(model, tp=tp, batch=n, context=ctx, chip=chip).ops[0].columns()
+    want = cols["duration_ns"][cols["name"].astype(str) == "attention"].sum()
+    spec = spec_from_config(resolve_model(model)[1], model)
+    got = decode_attention_ns(spec, Plan(tp=tp, batch=n, context=ctx, cost_model=chip.cost_model), chip)
+    assert got == pytest.approx(want, rel=1e-12)

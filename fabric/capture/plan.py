@@ -408,6 +408,29 @@ class _Builder:
         return OpTable.from_rows(self.rows, self.deps)
 
 
+def op_time(chip: ChipProfile, plan: Plan, op: LogicalOp, t_shard: int, b: int, flops: float, nbytes: float,
+            dtype: str, moe: dict | None, launch: str | None) -> dict:
+    """One fused kernel's cost as lower() gives it: {"time_ns", "kernels"} (the plan's cost model)."""
+    if plan.cost_model == "roofline":
+        return {"time_ns": chip.kernel_time_ns(flops, nbytes, dtype), "kernels": 1}
+    return logical_op_time(chip, op, t_shard, b, plan.weight_dtype, moe, launch, flops=flops, nbytes=nbytes)
+
+
+def decode_attention_ns(spec: ModelSpec, plan: Plan, chip: ChipProfile) -> float:
+    """A rank's decode-attention kernels over every layer (ns) for the plan's decode tokens per attention group
+    (Plan.b_local) at its context: the "attention" rows lower() makes, without capturing the step (fused runtime;
+    the serving step model asks this for every batch it meets)."""
+    from fabric.capture.graph import analytic_graph
+    wbytes = DTYPE_BYTES[plan.weight_dtype]
+    b = plan.b_local
+    total = 0.0
+    for op in analytic_graph(spec, plan.context):
+        if op.op in ("mla_attention", "gqa_attention"):
+            flops, nbytes = kernel_cost(op, plan.tp, b, wbytes, None)
+            total += op_time(chip, plan, op, plan.tp, b, flops, nbytes, "bf16", None, plan.launch)["time_ns"]
+    return total
+
+
 def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile, meta: dict, *,
           each_rank_built: bool = False) -> Trace:
     """Shard, cost and add collectives: one OpTable per rank (identical ranks share one table). Under expert
@@ -453,8 +476,7 @@ def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile
             return chip.kernel_time_ns(flops, nbytes, dtype)
         key = _key(op, t_shard, b, moe)
         if key not in shape_cache:
-            shape_cache[key] = logical_op_time(chip, op, t_shard, b, plan.weight_dtype, moe, launch,
-                                               flops=flops, nbytes=nbytes)
+            shape_cache[key] = op_time(chip, plan, op, t_shard, b, flops, nbytes, dtype, moe, launch)
         kernel_count[0] += count * shape_cache[key]["kernels"]
         return shape_cache[key]["time_ns"]
 

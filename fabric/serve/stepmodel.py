@@ -145,16 +145,17 @@ class StepModel:
         return self.points[key]
 
     def _attention(self, n: int, c: int) -> float:
-        """A rank's decode-attention kernel time (us) with n sequences at context c in its group: captured on one
-        attention group alone (the plan without expert parallelism: the same attention kernels, a far cheaper
-        capture), at n itself, since attention kernels jump where their tiles need one more wave of the chip."""
+        """A rank's decode-attention kernel time (us) with n sequences at context c in its group, as the capture
+        costs it (fabric.capture.plan.decode_attention_ns), at n itself: attention kernels jump where their tiles
+        need one more wave of the chip."""
         key = ("a", n, c)
         if key not in self.points:
+            from fabric.capture import Plan
+            from fabric.capture.plan import decode_attention_ns
             p = self.plan
-            tr = capture_trace(self.model, self.hf_config, tp=p.attn_tp, ep=1, batch=n, context=int(c),
-                               chip=self.chip, weight_dtype=p.weight_dtype, seed=self.seed)
-            cols = tr.ops[0].columns()
-            self.points[key] = float(cols["duration_ns"][cols["name"].astype(str) == "attention"].sum()) / 1e3
+            cp = Plan(tp=p.attn_tp, batch=n, context=int(c), weight_dtype=p.weight_dtype, seed=self.seed,
+                      cost_model=self.chip.cost_model)
+            self.points[key] = decode_attention_ns(self.spec, cp, self.chip) / 1e3
         return self.points[key]
 
     def _context(self, n: int, c: int) -> float:
