@@ -32,9 +32,10 @@ which [grid] can sweep as "serve.KEY" (with fabric keys, preset, engine and seed
 Every point is one replay (or one fabric.serve run); its row holds every swept value (column = the swept key), the
 point's hash, the project version, seed, wall time, every result field of `fabric-replay --json` (or of
 `fabric-serve --json`; nested ones flattened with dots, lists as JSON text), the capture or serve arguments
-(`capture.KEY`, `serve.KEY`) and the full effective configuration (columns `config.SECTION.KEY`). A point is
-identified by the hash of its effective configuration, trace (or capture or serve arguments) and engine; points
-already in the output file are skipped (resume). A point that fails is reported and left out of the file, so the
+(`capture.KEY`, `serve.KEY`) and the full effective configuration (columns `config.SECTION.KEY`, and
+`config.SECTION.SUB.KEY` for a sub-section such as [topology.sd200]). A point is identified by the hash of its
+effective configuration, trace (or capture or serve arguments) and engine; points already in the output file are
+skipped (resume). A point that fails is reported and left out of the file, so the
 next run retries it.
 """
 from __future__ import annotations
