@@ -37,10 +37,11 @@ class Checked(Scheduler):
         super()._record(r, *args)
 
 
-def workload(n, seed, closed=0):
+def workload(n, seed, closed=0, prefilled=False):
     rng = np.random.default_rng(seed)
     return Workload("test", np.sort(rng.uniform(0, 0.05, n)) if not closed else np.zeros(n),
-                    rng.integers(1, 200, n), rng.integers(1, 60, n), users=closed)
+                    rng.integers(1, 200, n), rng.integers(2 if prefilled else 1, 60, n), users=closed,
+                    prefilled=prefilled)
 
 
 def run(wl, plan="tp=8", capacity=400, stretch=True, **kw):
@@ -96,3 +97,20 @@ def test_least_tokens_balances_groups():
     s = run(wl, "attn=dp,ep=4", capacity=5000, balance="least_tokens")
     per = np.bincount(s.group_of, weights=wl.prompt_tokens + wl.output_tokens, minlength=4)
     assert per.max() / per.mean() < 1.5
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), seed=st.integers(0, 2**16), capacity=st.integers(260, 1500),
+       plan=st.sampled_from(["tp=8", "attn=dp,ep=4", "tp=2,replicas=2"]))
+def test_a_decode_pool_serves_prefilled_requests(n, seed, capacity, plan):
+    """Requests arriving with their KV (a disaggregated decode pool) decode without a prefill unless preempted,
+    each once, to their last token, within the KV cache; stretches equal single steps."""
+    wl = workload(n, seed, prefilled=True)
+    s = run(wl, plan, capacity, token_budget=64, max_seqs=8)
+    assert s.finished == n and (s.generated == wl.output_tokens).all()
+    assert np.isnan(s.first).all()                       # the first token was the prefill pool's
+    assert all(not g.running and g.kv_used == 0 and g.outstanding == 0 for rep in s.groups for g in rep)
+    prefill_steps = sum(p > 0 for p in s.rec.step_prefill)
+    assert (prefill_steps > 0) == (s.preempted.sum() > 0)   # only a recompute prefills
+    ref = run(wl, plan, capacity, stretch=False, token_budget=64, max_seqs=8)
+    np.testing.assert_allclose(s.finish, ref.finish, rtol=1e-9, atol=1e-12)

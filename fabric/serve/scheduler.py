@@ -86,12 +86,14 @@ class Scheduler:
         self.first = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.group_of = np.full(n, -1, np.int64)
-        self.done_prefill = np.zeros(n, np.int64)        # tokens of the current prefill target processed
         self.target = self.prompt.copy()                 # prefill target: prompt (+ generated, after a preemption)
-        self.generated = np.zeros(n, np.int64)
+        # a disaggregated decode pool's requests arrive prefilled, their first token made (fabric.serve.disagg)
+        self.done_prefill = self.target.copy() if workload.prefilled else np.zeros(n, np.int64)
+        self.generated = np.full(n, int(workload.prefilled), np.int64)
         self.kv = np.zeros(n, np.int64)
         self.preempted = np.zeros(n, np.int64)
         self.rr = 0
+        self.joined = 0                                  # prefilled requests admitted while planning a step
         self.rec = Trace()
         self.finished = 0
 
@@ -115,7 +117,7 @@ class Scheduler:
             r, g = min(flat, key=lambda rg: self.groups[rg[0]][rg[1]].outstanding)
         grp = self.groups[r][g]
         grp.waiting.append(rid)
-        grp.outstanding += int(self.prompt[rid] + self.out[rid])
+        grp.outstanding += int(self.target[rid] - self.done_prefill[rid] + self.out[rid] - self.generated[rid])
         self.arrival[rid] = t
         self.group_of[rid] = r * self.plan.dp + g
         self.free_at[r] = max(self.free_at[r], t)
@@ -167,6 +169,11 @@ class Scheduler:
                 break
             grp.waiting.pop(0)
             grp.running.append(rid)
+            if self.done_prefill[rid] >= need:        # arrived with its KV (disaggregated): decodes next step
+                self.kv[rid] = need
+                grp.kv_used += need
+                self.joined += 1
+                continue
             grp.prefilling.append(rid)
             promised += need
             c = min(need, left)
@@ -176,10 +183,13 @@ class Scheduler:
 
     def _step(self, r: int) -> None:
         t = self.free_at[r]
+        self.joined = 0
         plans = [self._plan_group(g) for g in self.groups[r]]
         if not any(len(d) or c for d, c in plans):
-            return
-        if self.stretch and not any(c for _, c in plans):   # nothing admissible until a sequence finishes
+            if not self.joined:
+                return
+            plans = [self._plan_group(g) for g in self.groups[r]]     # the prefilled ones just admitted decode
+        if self.stretch and not self.joined and not any(c for _, c in plans):   # nothing admissible until a finish
             return self._decode_stretch(r, t, [d for d, _ in plans])
         sizes = [len(d) + sum(c for _, c in chunks) for d, chunks in plans]
         dec_kv = max(int(self.kv[d].sum()) for d, _ in plans)
@@ -199,7 +209,7 @@ class Scheduler:
                 grp.outstanding -= c
                 if self.done_prefill[rid] >= self.target[rid]:      # the prompt's last chunk: a token
                     grp.prefilling.remove(rid)
-                    if np.isnan(self.first[rid]):
+                    if np.isnan(self.first[rid]) and not self.wl.prefilled:   # (a decode pool's: the prefill's)
                         self.first[rid] = end
                     self.generated[rid] += 1
                     grp.outstanding -= 1

@@ -44,6 +44,7 @@ class Workload:
     think_s: float = 0.0
     duration_s: float | None = None  # closed loop: no request is sent after it
     meta: dict = field(default_factory=dict)
+    prefilled: bool = False          # requests arrive with their prompt's KV and first token (a decode pool's)
 
     @property
     def n(self) -> int:
