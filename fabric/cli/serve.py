@@ -67,12 +67,22 @@ def render(r: dict) -> str:
         lines.append(f"  goodput              {r['goodput_requests_per_s']:.3f} requests/s meet TTFT <= "
                      f"{slo['ttft_ms']} ms and TPOT <= {slo['tpot_ms']} ms ({100 * slo['met_fraction']:.1f} %)")
     b = r["fabric_bytes"]
+    if "kv_handover" in r:
+        h, pools = r["kv_handover"], r["pools"]
+        lines.append(f"  KV hand-over         {h['requests']} prompts, mean {h['mean_ms']:.2f} ms, p99 {h['p99_ms']:.2f} ms, "
+                     f"{h['bytes'] / 1e9:.2f} GB ({h['us_per_token']:.3f} us a token + {h['fixed_us']:.1f} us)")
+        for name in ("prefill", "decode"):
+            p = pools[name]
+            lines.append(f"  {name + ' pool':20s} {p['plan_described']}: {p['steps']} steps in {p['busy_s']:.1f} s busy, "
+                         f"{100 * p['exposed_comm_fraction']:.1f} % exposed communication, {p['preemptions']} "
+                         f"preemptions")
     lines += [
         f"  batch                mean {r['batch_mean']:.1f}, max {r['batch_max']} sequences a step; KV use mean "
         f"{100 * r['kv_use_mean']:.1f} %, max {100 * r['kv_use_max']:.1f} %; queue max {r['queue_max']}",
         f"  preemptions          {r['preemptions']} ({r['requests_preempted']} requests recomputed)",
         f"  fabric bytes         {b['tp_collectives'] / 1e9:.2f} GB TP collectives, {b['expert_alltoall'] / 1e9:.2f} "
-        f"GB expert all-to-all, {b['other'] / 1e9:.2f} GB other",
+        f"GB expert all-to-all, {b['other'] / 1e9:.2f} GB other"
+        + (f", {b['kv_handover'] / 1e9:.2f} GB KV hand-over" if "kv_handover" in b else ""),
         f"  steps                {r['steps']} in {r['busy_s']:.1f} s busy, {100 * r['exposed_comm_fraction']:.1f} % of "
         f"it exposed communication; step model: "
         f"{r['step_model']['grid_steps_simulated']} steps simulated in {r['step_model']['simulate_s']:.1f} s; "
@@ -91,6 +101,9 @@ def render(r: dict) -> str:
 @click.option("--plan", default="tp=64", show_default=True,
               help="how the ranks are used: tp=64 | attn=dp,ep=64 | attn=tp8,ep=64, with replicas=N, tbo=on, "
                    "weights=fp8")
+@click.option("--prefill", default=None, metavar="PLAN",
+              help="disaggregated: the prefill pool's plan (ranks from 0), with --decode (instead of --plan)")
+@click.option("--decode", default=None, metavar="PLAN", help="disaggregated: the decode pool's plan (the next ranks)")
 @click.option("--workload", default="azure-conv", show_default=True,
               help="FILE.csv (Azure trace format) | azure-conv | poisson:rate=R,in=N,out=M | "
                    "closed:users=U,in=N,out=M (in/out: N, uniform:A-B, lognormal:MEAN,SIGMA, empirical:FILE.csv)")
@@ -113,7 +126,8 @@ def render(r: dict) -> str:
 @timeline_option()
 @click.option("--quiet", is_flag=True, help="no progress bar; print one line")
 @friendly
-def main(model, hf_config, chip, preset, config_file, sets, seed, plan, workload, requests, duration_s, rate,
+def main(model, hf_config, chip, preset, config_file, sets, seed, plan, prefill, decode, workload, requests,
+         duration_s, rate,
          slo_ttft_ms, slo_tpot_ms, engine, token_budget, max_seqs, balance, json_path, timeline_path, quiet):
     check_writable(json_path)
     check_writable(timeline_path, "--timeline")
@@ -127,7 +141,8 @@ def main(model, hf_config, chip, preset, config_file, sets, seed, plan, workload
         r = serve(model=model, hf_config=hf_config, preset=preset, cfg=cfg, plan=plan, workload=workload,
                   requests=requests, duration_s=duration_s, rate=rate, slo_ttft_ms=slo_ttft_ms,
                   slo_tpot_ms=slo_tpot_ms, engine=engine, seed=cfg.sim.seed, chip=chip, token_budget=token_budget,
-                  max_seqs=max_seqs, balance=balance, timeline=timeline_path, progress=progress, on_point=on_point)
+                  max_seqs=max_seqs, balance=balance, timeline=timeline_path, progress=progress, on_point=on_point,
+                  prefill=prefill, decode=decode)
     if quiet:
         click.echo(f"{r['output_tokens_per_s']:.1f} output tokens/s, TTFT p50 {r['ttft_ms']['p50']:.1f} ms, "
                    f"TPOT p50 {r['tpot_ms']['p50'] or 0:.1f} ms, {r['finished']} of {r['requests']} requests")

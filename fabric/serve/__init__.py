@@ -9,6 +9,7 @@ The package depends on the step pipeline and never the other way round:
     memory      the KV budget of an attention group
     stepmodel   step times memoised on a grid of simulated steps (fabric.replay.run_step) and interpolated
     scheduler   continuous batching with chunked prefill, admission, preemption and a load balancer
+    disagg      prefill and decode pools on separate ranks, the KV handed over on the fabric
     report      throughput, latency percentiles, goodput, KV and batch use, fabric bytes; the timeline
 """
 from __future__ import annotations
@@ -31,7 +32,8 @@ class Deployment:
 
     def __init__(self, *, model: str | None = None, hf_config: str | None = None, preset: str = "sd200", cfg=None,
                  plan: str = "tp=64", engine: str = "analytic", seed: int = 0, chip: str = "sd200-accelerator",
-                 token_budget: int = DEFAULT_TOKEN_BUDGET, kv_fraction: float = DEFAULT_KV_FRACTION, on_point=None):
+                 token_budget: int = DEFAULT_TOKEN_BUDGET, kv_fraction: float = DEFAULT_KV_FRACTION, on_point=None,
+                 plan_flag: str = "--plan"):
         from fabric.capture import load_chip, resolve_model
         from fabric.capture.spec import spec_from_config
         from fabric.config import load_config
@@ -45,7 +47,7 @@ class Deployment:
             raise ConfigError(f"--token-budget {token_budget} must be in [1, {MAX_STEP_TOKENS}]")
         if not 0 < kv_fraction <= 1:
             raise ConfigError(f"kv_fraction {kv_fraction} must be in (0, 1]")
-        self.plan = parse_plan(plan)
+        self.plan = parse_plan(plan, plan_flag)
         self.model_name, mcfg = resolve_model(model or (None if hf_config else "deepseek-r1"), hf_config)
         spec = spec_from_config(mcfg, self.model_name)
         self.chip = load_chip(chip)
@@ -95,11 +97,24 @@ def serve(*, model: str | None = None, hf_config: str | None = None, preset: str
           slo_tpot_ms: float | None = None, engine: str = "analytic", seed: int = 0,
           chip: str = "sd200-accelerator", token_budget: int = DEFAULT_TOKEN_BUDGET,
           max_seqs: int | None = None, balance: str = "least_tokens", kv_fraction: float = DEFAULT_KV_FRACTION,
-          timeline: str | None = None, progress=None, on_point=None) -> dict:
+          timeline: str | None = None, progress=None, on_point=None, prefill: str | None = None,
+          decode: str | None = None) -> dict:
     """Run a served workload; returns the results (JSON-ready). `cfg`: a FabricConfig (default: the preset's).
     progress(done, total): requests finished; on_point(steps, seconds): the step model's simulated steps so far.
-    The wall time includes making the deployment (its step model's grid is made during the run, on demand)."""
+    The wall time includes making the deployment (its step model's grid is made during the run, on demand).
+    prefill and decode (plans, both or neither; instead of `plan`): disaggregated serving (fabric.serve.disagg)."""
     t0 = time.perf_counter()
+    if prefill is not None or decode is not None:
+        if prefill is None or decode is None:
+            raise ConfigError("disaggregated serving needs both --prefill PLAN and --decode PLAN")
+        if timeline:
+            raise ConfigError("--timeline draws one pool's steps; it is not written for a disaggregated run yet")
+        from fabric.serve.disagg import serve_disaggregated
+        return serve_disaggregated(model=model, hf_config=hf_config, preset=preset, cfg=cfg, prefill=prefill,
+                                   decode=decode, workload=workload, requests=requests, duration_s=duration_s,
+                                   rate=rate, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, engine=engine,
+                                   seed=seed, chip=chip, token_budget=token_budget, max_seqs=max_seqs,
+                                   balance=balance, progress=progress, on_point=on_point)
     dep = Deployment(model=model, hf_config=hf_config, preset=preset, cfg=cfg, plan=plan, engine=engine, seed=seed,
                      chip=chip, token_budget=token_budget, kv_fraction=kv_fraction, on_point=on_point)
     out = dep.serve(workload, requests=requests, duration_s=duration_s, rate=rate, slo_ttft_ms=slo_ttft_ms,

@@ -46,7 +46,7 @@ def kv_budget(spec, plan, chip, token_budget: int, kv_fraction: float = 1.0) -> 
     bpt = float(mem["kv_bytes_per_token"])
     tokens = int(free * GIB // bpt) if free > 0 else 0
     if tokens < 1:
-        raise ConfigError(f"--plan {plan.text!r} does not fit in memory: each rank needs {mem['weights_gib']:.1f} "
+        raise ConfigError(f"{plan.flag} {plan.text!r} does not fit in memory: each rank needs {mem['weights_gib']:.1f} "
                           f"GiB of weights ({plan.weight_dtype}) + {other:.1f} GiB of activations, workspace and "
                           f"reserve before any KV, but {chip.name} has {cap:.1f} GiB; use more ranks per replica "
                           f"(ep, tp), smaller weights (weights=fp8) or a smaller --token-budget")

@@ -28,6 +28,7 @@ class ServePlan:
     tbo: bool = False
     weight_dtype: str = "bf16"
     text: str = ""
+    flag: str = "--plan"    # the option it came from, for messages (--prefill / --decode when disaggregated)
 
     @property
     def ranks(self) -> int:
@@ -65,21 +66,21 @@ def _int(key: str, value: str) -> int:
     return v
 
 
-def parse_plan(text: str) -> ServePlan:
-    """ServePlan from 'k=v,k=v'; the model-dependent checks are check_plan's."""
+def parse_plan(text: str, flag: str = "--plan") -> ServePlan:
+    """ServePlan from 'k=v,k=v'; the model-dependent checks are check_plan's. flag: the option, for messages."""
     kv: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = part.partition("=")
         key = key.strip()
         if not eq or not value.strip():
-            raise ConfigError(f"--plan {text!r}: {part!r} is not KEY=VALUE (e.g. tp=64 or attn=dp,ep=64)")
+            raise ConfigError(f"{flag} {text!r}: {part!r} is not KEY=VALUE (e.g. tp=64 or attn=dp,ep=64)")
         if key not in KEYS:
-            raise ConfigError(f"--plan {text!r}: unknown key {key!r}; use {', '.join(KEYS)}")
+            raise ConfigError(f"{flag} {text!r}: unknown key {key!r}; use {', '.join(KEYS)}")
         if key in kv:
-            raise ConfigError(f"--plan {text!r}: {key} given twice")
+            raise ConfigError(f"{flag} {text!r}: {key} given twice")
         kv[key] = value.strip()
     if not kv:
-        raise ConfigError("--plan is empty; e.g. tp=64 or attn=dp,ep=64")
+        raise ConfigError(f"{flag} is empty; e.g. tp=64 or attn=dp,ep=64")
     ep = _int("ep", kv["ep"]) if "ep" in kv else 1
     tp = _int("tp", kv["tp"]) if "tp" in kv else None
     attn = kv.get("attn")
@@ -91,49 +92,49 @@ def parse_plan(text: str) -> ServePlan:
         elif attn == "tp":
             attn_tp = tp or ep
         else:
-            raise ConfigError(f"--plan: attn={attn!r} must be dp, tp or tpN (e.g. attn=tp8)")
+            raise ConfigError(f"{flag}: attn={attn!r} must be dp, tp or tpN (e.g. attn=tp8)")
         if tp is not None and tp != attn_tp:
-            raise ConfigError(f"--plan: tp={tp} and attn={attn} disagree; give one of them")
+            raise ConfigError(f"{flag}: tp={tp} and attn={attn} disagree; give one of them")
     else:
         attn_tp = tp if tp is not None else ep
     if ep > 1 and ep % attn_tp:
-        raise ConfigError(f"--plan: ep={ep} must be a multiple of the attention group ({attn_tp} ranks), so that "
+        raise ConfigError(f"{flag}: ep={ep} must be a multiple of the attention group ({attn_tp} ranks), so that "
                           f"whole attention groups share the expert-parallel ranks")
     if ep > 1 and attn_tp > ep:
-        raise ConfigError(f"--plan: attention over {attn_tp} ranks with experts over only {ep}; use ep >= "
+        raise ConfigError(f"{flag}: attention over {attn_tp} ranks with experts over only {ep}; use ep >= "
                           f"{attn_tp} or ep=1")
     if ep == 1 and attn_tp == 1 and attn == "dp":
-        raise ConfigError("--plan: attn=dp needs experts spread over the ranks (ep=N, a MoE model); for a dense "
+        raise ConfigError(f"{flag}: attn=dp needs experts spread over the ranks (ep=N, a MoE model); for a dense "
                           "model use tp=1,replicas=N")
     plan = ServePlan(attn_tp=attn_tp, ep=ep, replicas=_int("replicas", kv.get("replicas", "1")),
-                     tbo=_onoff(kv.get("tbo", "off")), weight_dtype=kv.get("weights", "bf16"), text=text)
+                     tbo=_onoff(kv.get("tbo", "off"), flag), weight_dtype=kv.get("weights", "bf16"), text=text, flag=flag)
     if plan.weight_dtype not in WEIGHT_DTYPES:
-        raise ConfigError(f"--plan: weights={plan.weight_dtype!r} must be one of {', '.join(WEIGHT_DTYPES)}")
+        raise ConfigError(f"{flag}: weights={plan.weight_dtype!r} must be one of {', '.join(WEIGHT_DTYPES)}")
     if "ranks" in kv and _int("ranks", kv["ranks"]) != plan.ranks:
-        raise ConfigError(f"--plan: ranks={kv['ranks']} but the plan uses {plan.ranks} ranks per replica "
+        raise ConfigError(f"{flag}: ranks={kv['ranks']} but the plan uses {plan.ranks} ranks per replica "
                           f"(max of the attention group and ep)")
     return plan
 
 
-def _onoff(v: str) -> bool:
+def _onoff(v: str, flag: str) -> bool:
     if v not in ("on", "off"):
-        raise ConfigError(f"--plan: tbo={v!r} must be on or off")
+        raise ConfigError(f"{flag}: tbo={v!r} must be on or off")
     return v == "on"
 
 
 def check_plan(plan: ServePlan, spec, serving_ranks: int, preset: str) -> None:
     """Refuse a plan the model or the fabric cannot run, in one line naming the fix."""
     if spec.heads % plan.attn_tp:
-        raise ConfigError(f"--plan {plan.text!r}: attention over {plan.attn_tp} ranks does not divide the "
+        raise ConfigError(f"{plan.flag} {plan.text!r}: attention over {plan.attn_tp} ranks does not divide the "
                           f"{spec.heads} heads of {spec.name}")
     if plan.ep > 1 and not spec.is_moe:
-        raise ConfigError(f"--plan {plan.text!r}: ep={plan.ep} needs a mixture-of-experts model; {spec.name} is "
+        raise ConfigError(f"{plan.flag} {plan.text!r}: ep={plan.ep} needs a mixture-of-experts model; {spec.name} is "
                           f"dense")
     if plan.ep > 1 and spec.n_experts % plan.ep:
-        raise ConfigError(f"--plan {plan.text!r}: ep={plan.ep} does not divide the {spec.n_experts} routed experts "
+        raise ConfigError(f"{plan.flag} {plan.text!r}: ep={plan.ep} does not divide the {spec.n_experts} routed experts "
                           f"of {spec.name}")
     if plan.tbo and plan.ep == 1:
-        raise ConfigError(f"--plan {plan.text!r}: tbo=on overlaps the expert all-to-all; it needs ep > 1")
+        raise ConfigError(f"{plan.flag} {plan.text!r}: tbo=on overlaps the expert all-to-all; it needs ep > 1")
     if plan.total_ranks > serving_ranks:
-        raise ConfigError(f"--plan {plan.text!r} needs {plan.total_ranks} ranks but preset {preset!r} has "
+        raise ConfigError(f"{plan.flag} {plan.text!r} needs {plan.total_ranks} ranks but preset {preset!r} has "
                           f"{serving_ranks} serving accelerators; use fewer replicas or a larger preset")

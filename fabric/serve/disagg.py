@@ -1,0 +1,173 @@
+"""Prefill and decode on separate ranks, the KV cache moved between them over the fabric (PD disaggregation).
+
+    serve_disaggregated(prefill="attn=dp,ep=16", decode="attn=dp,ep=48", ...) -> dict (fabric.serve's keys, and
+                                                                              "pools", "kv_handover")
+
+The prefill pool takes ranks 0 .. P-1 of the preset, the decode pool the next D. A request is prefilled in the
+prefill pool (its first token made there: TTFT), then its KV (the prompt's tokens, in the model's own layout: every
+rank of the decode attention group gets its share, MLA's whole latent) moves from the prefill attention group's
+ranks to the decode group's, and the decode pool admits it when the KV has landed (fabric.serve.scheduler: a
+prefilled request). The hand-over runs after the prefill (the layer-by-layer overlap is not modelled).
+
+The hand-over time is the engine's: every source rank sends its share to every destination rank, split over the
+accelerator's ports, on the idle fabric, simulated at two sizes and linear between (a transfer on an idle path is
+latency + bytes / bandwidth). Not modelled: its contention with the pools' own traffic, and the decode pool holding
+back the prefill pool (each pool is simulated on ranks 0.. of the preset; the prefill pool keeps no KV after the
+hand-over). So the pools run one after the other in simulated time: the prefill pool over every request, then the
+decode pool over their hand-overs, which is exact while nothing flows back.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from fabric.errors import ConfigError
+
+PROBE_TOKENS = (256, 8192)       # the two hand-over sizes simulated (prompt tokens)
+
+
+class Handover:
+    """KV hand-over time of a prompt from one prefill attention group to one decode attention group."""
+
+    def __init__(self, cfg, src_ranks, dst_ranks, bytes_per_token: float, engine: str = "analytic"):
+        self.cfg, self.src, self.dst, self.bpt, self.engine = cfg, list(src_ranks), list(dst_ranks), \
+            float(bytes_per_token), engine
+        t = [self.simulate(n) for n in PROBE_TOKENS]
+        self.slope_us = (t[1] - t[0]) / (PROBE_TOKENS[1] - PROBE_TOKENS[0])
+        self.base_us = t[0] - self.slope_us * PROBE_TOKENS[0]
+
+    def graph(self, tokens: int) -> dict:
+        """Every source rank sends its 1/len(src) of each destination rank's share, split over the ports."""
+        from fabric.taskgraph import transfer_graph
+        ports = max(int(self.cfg.topology.ports_per_accel), 1)
+        per = tokens * self.bpt / len(self.src) / ports
+        pairs = [(s, d) for s in self.src for d in self.dst for _ in range(ports)]
+        src, dst = np.array(pairs, np.int64).T
+        return transfer_graph(src, dst, np.full(len(pairs), max(int(round(per)), 1)))
+
+    def simulate(self, tokens: int) -> float:
+        from fabric import sim
+        from fabric.network import shared
+        res = sim.run(self.cfg, shared(self.cfg), self.graph(tokens), engine=self.engine, transfers=False)
+        return float(res.task_end_ps.max()) / 1e6
+
+    def time_us(self, tokens) -> np.ndarray:
+        return self.base_us + self.slope_us * np.asarray(tokens, np.float64)
+
+    def bytes(self, tokens) -> np.ndarray:
+        return np.asarray(tokens, np.float64) * self.bpt * len(self.dst)
+
+
+def serve_disaggregated(*, model: str | None = None, hf_config: str | None = None, preset: str = "sd200", cfg=None,
+                        prefill: str, decode: str, workload: str = "azure-conv", requests: int | None = None,
+                        duration_s: float | None = None, rate: float | None = None,
+                        slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
+                        engine: str = "analytic", seed: int = 0, chip: str = "sd200-accelerator",
+                        token_budget: int = 8192, max_seqs: int | None = None, balance: str = "least_tokens",
+                        progress=None, on_point=None) -> dict:
+    from fabric.config import load_config
+    from fabric.network import shared
+    from fabric.serve import DEFAULT_MAX_SEQS, Deployment
+    from fabric.serve.report import summarise
+    from fabric.serve.scheduler import Scheduler
+    from fabric.serve.workload import parse_workload
+    t0 = time.perf_counter()
+    for name, v in (("--slo-ttft-ms", slo_ttft_ms), ("--slo-tpot-ms", slo_tpot_ms)):
+        if v is not None and not v > 0:
+            raise ConfigError(f"{name} must be > 0, got {v}")
+    cfg = cfg if cfg is not None else load_config(preset)
+    common = dict(model=model, hf_config=hf_config, preset=preset, cfg=cfg, engine=engine, seed=seed, chip=chip,
+                  token_budget=token_budget, on_point=on_point)
+    pre = Deployment(plan=prefill, plan_flag="--prefill", **common)
+    dec = Deployment(plan=decode, plan_flag="--decode", **common)
+    topo = shared(cfg)
+    serving = topo.n_ranks - topo.n_spares
+    p_ranks, d_ranks = pre.plan.total_ranks, dec.plan.total_ranks
+    if p_ranks + d_ranks > serving:
+        raise ConfigError(f"--prefill {prefill!r} ({p_ranks} ranks) and --decode {decode!r} ({d_ranks} ranks) need "
+                          f"{p_ranks + d_ranks} ranks but preset {preset!r} has {serving}; the pools do not share "
+                          f"ranks: shrink one of them")
+    wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=seed)
+    if wl.users:
+        raise ConfigError("a closed-loop workload needs the decode pool's finishes to send the next requests, which "
+                          "the disaggregated run (prefill pool first, then decode) cannot feed back; use a trace or "
+                          "poisson: workload")
+    max_seqs = min(DEFAULT_MAX_SEQS, token_budget) if max_seqs is None else max_seqs
+    sched_kw = dict(token_budget=token_budget, max_seqs=max_seqs, balance=balance)
+
+    # the prefill pool makes every request's first token
+    first_only = dataclasses.replace(wl, output_tokens=np.ones(wl.n, np.int64))
+    ps = Scheduler(first_only, pre.plan, pre.stepmodel, pre.kv.tokens_per_group, **sched_kw)
+    ps.run()
+    # the KV moves from the prefill group's ranks to a decode group's (the first group of each pool: on sd200 the
+    # path length changes the hand-over by less than a microsecond, its bytes set it)
+    hand = Handover(cfg, range(pre.plan.attn_tp), range(p_ranks, p_ranks + dec.plan.attn_tp),
+                    dec.kv.bytes_per_token, engine)
+    moved = wl.output_tokens > 1
+    hand_us = hand.time_us(wl.prompt_tokens)
+    landed = ps.finish + hand_us / 1e6
+    rest = np.flatnonzero(moved)
+    decode_wl = dataclasses.replace(wl, arrival_s=landed[rest], prompt_tokens=wl.prompt_tokens[rest],
+                                    output_tokens=wl.output_tokens[rest], prefilled=True)
+    order = np.argsort(decode_wl.arrival_s, kind="stable")          # the decode pool sees them as they land
+    rest = rest[order]
+    decode_wl = dataclasses.replace(decode_wl, arrival_s=decode_wl.arrival_s[order],
+                                    prompt_tokens=decode_wl.prompt_tokens[order],
+                                    output_tokens=decode_wl.output_tokens[order])
+    ds = Scheduler(decode_wl, dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, **sched_kw)
+    ds.run()
+
+    # one request's life: arrival and first token from the prefill pool, the rest from the decode pool
+    finish = ps.finish.copy()
+    finish[rest] = ds.finish
+    merged = _Merged(arrival=wl.arrival_s.copy(), first=ps.first.copy(), finish=finish,
+                     preempted=ps.preempted.copy(), rec=ds.rec, groups=ds.groups)
+    merged.preempted[rest] += ds.preempted
+    res = summarise(merged, wl, _Ranks(dec.plan, p_ranks + d_ranks), slo_ttft_ms, slo_tpot_ms,
+                    cfg.topology.accels_per_domain)
+    res["fabric_bytes"]["kv_handover"] = float(hand.bytes(wl.prompt_tokens[moved]).sum())
+    for c, b in zip(("tp_collectives", "expert_alltoall", "other"), ps.rec.bytes_by_class):
+        res["fabric_bytes"][c] += float(b)
+    pool = lambda s, d: dict(plan=d.plan.text, plan_described=d.plan.describe(), ranks=d.plan.total_ranks,  # noqa
+                             memory=d.kv.as_dict(), steps=int(sum(s.rec.step_count)), busy_s=float(sum(s.rec.step_dur_s)),
+                             preemptions=int(s.preempted.sum()),
+                             exposed_comm_fraction=float(s.rec.comm_s / max(sum(s.rec.step_dur_s), 1e-12)),
+                             step_model=dict(grid_steps_simulated=d.stepmodel.simulated,
+                                             simulate_s=d.stepmodel.sim_s))
+    h = hand_us[moved]
+    return dict(model=pre.model_name, preset=preset, chip=pre.chip.name, plan=f"prefill {prefill} | decode {decode}",
+                plan_described=f"prefill: {pre.plan.describe()}; decode: {dec.plan.describe()}", engine=engine,
+                seed=seed, token_budget=token_budget, max_seqs=max_seqs, balance=balance, workload=wl.name,
+                workload_meta=wl.meta, ranks=p_ranks + d_ranks, attention_groups=pre.plan.groups + dec.plan.groups,
+                memory=dec.kv.as_dict(), **res,
+                pools=dict(prefill=pool(ps, pre), decode=pool(ds, dec)),
+                kv_handover=dict(requests=int(moved.sum()), mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
+                                 p99_ms=float(np.percentile(h, 99) * 1e-3) if len(h) else 0.0,
+                                 bytes=res["fabric_bytes"]["kv_handover"], us_per_token=hand.slope_us,
+                                 fixed_us=hand.base_us),
+                step_model=dict(grid_steps_simulated=pre.stepmodel.simulated + dec.stepmodel.simulated,
+                                simulate_s=pre.stepmodel.sim_s + dec.stepmodel.sim_s),
+                wall_s=time.perf_counter() - t0)
+
+
+@dataclasses.dataclass
+class _Merged:
+    """What report.summarise reads of a run, from the two pools."""
+    arrival: np.ndarray
+    first: np.ndarray
+    finish: np.ndarray
+    preempted: np.ndarray
+    rec: object
+    groups: list
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ranks:
+    """A plan view whose total_ranks counts both pools (throughput per accelerator)."""
+    plan: object
+    total_ranks: int
+
+    def __getattr__(self, name):
+        return getattr(self.plan, name)

@@ -1,0 +1,65 @@
+"""Disaggregated serving (fabric.serve.disagg): the KV hand-over against the fabric's zero-load bound, every request
+served once with its KV moved before it decodes, the bytes moved, and bad pool splits refused in one line."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fabric.serve.disagg import Handover, serve_disaggregated
+
+TOY = dict(model="toy-mla", prefill="tp=8", decode="attn=dp,ep=8",
+           workload="poisson:rate=400,in=uniform:16-96,out=uniform:1-24", requests=40, seed=5)
+
+
+def test_handover_of_a_4096_token_prompt_meets_the_zero_load_bound():
+    """DeepSeek-R1's latent KV of 4,096 tokens from rank 0 to rank 8 (another host domain) on the idle sd200
+    fabric: bytes over both ports' payload rate, plus the path's latency (fabric.phy), within 10 %."""
+    from fabric import phy
+    from fabric.config import load_config
+    cfg = load_config("sd200")
+    bpt = 61 * (512 + 64) * 2                                     # layers x (kv_lora + rope) x BF16
+    h = Handover(cfg, [0], [8], bpt)
+    ports = cfg.topology.ports_per_accel
+    per_port = 4096 * bpt / ports
+    bound_us = phy.wire_bytes(cfg, per_port) * 8 / phy.data_gbps(cfg) / 1e3 + phy.link_latency_ps(cfg) * 5 / 1e6
+    got = h.time_us(4096)
+    assert got == pytest.approx(h.simulate(4096), rel=1e-3)      # linear between the probed sizes
+    assert bound_us <= got <= 1.1 * bound_us
+
+
+def test_every_request_served_once_and_decoded_after_its_kv_landed():
+    r = serve_disaggregated(**TOY)
+    from fabric.serve.workload import parse_workload
+    wl = parse_workload(TOY["workload"], requests=40, seed=5)
+    assert r["finished"] == 40 and r["output_tokens"] == int(wl.output_tokens.sum())
+    moved = wl.output_tokens > 1
+    h = r["kv_handover"]
+    assert h["requests"] == int(moved.sum())
+    assert h["bytes"] == pytest.approx(float((wl.prompt_tokens[moved] * r["memory"]["kv_bytes_per_token"]).sum()))
+    hand_ms = (h["fixed_us"] + h["us_per_token"] * wl.prompt_tokens) / 1e3
+    e2e, ttft = np.array(r["per_request"]["e2e_ms"]), np.array(r["per_request"]["ttft_ms"])
+    assert np.all(e2e[moved] >= ttft[moved] + hand_ms[moved])    # no decode before the KV landed
+    assert np.all(e2e[~moved] == ttft[~moved])                    # one token: done at the prefill
+    assert r["ranks"] == 16 and r["pools"]["prefill"]["ranks"] == 8
+
+
+def test_disaggregated_run_is_reproducible():
+    a, b = serve_disaggregated(**TOY), serve_disaggregated(**TOY)
+    assert a["ttft_ms"] == b["ttft_ms"] and a["tpot_ms"] == b["tpot_ms"] and a["kv_handover"] == b["kv_handover"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prefill", "attn=dp,ep=16", "--decode", "attn=dp,ep=16,replicas=4"], "need 80 ranks"),
+    (["--prefill", "tp=64"], "needs both --prefill PLAN and --decode PLAN"),
+    (["--prefill", "tp=3", "--decode", "tp=8"], "--prefill 'tp=3'"),
+    (["--prefill", "tp=8", "--decode", "attn=dp,ep=8", "--workload", "closed:users=2,in=10,out=10"], "closed-loop"),
+])
+def test_bad_pool_splits_are_one_line(tmp_path, args, message):
+    from fabric.cli.serve import main
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(main, ["--model", "toy-mla", "--requests", "4", "--json", str(out), "--quiet"] + args)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.output
+    assert not out.exists()
