@@ -206,7 +206,7 @@ def path_terms(cfg, topo, chans, payload_B: int, packets: int) -> dict:
 # The kernel takes one credit pool (flits per VC of every channel) and one end-to-end window (bytes per source-
 # destination pair). `link.credit_flits = 0` and `endpoint.e2e_window_bytes = 0` mean "auto": the value that lets
 # every channel and every pair of this topology run at its rate, from the round trips below, which follow the
-# kernel's events (pyx/fabric/_kernel/link.pxi, endpoint.pxi) at zero load.
+# kernel's events (pyx/fabric/_kernel/datalink.pxi, endpoint.pxi) at zero load.
 
 FC_MARGIN = 1.25
 """Stated margin of both derived values: 25 % over the zero-load round trip, so that a round trip stretched by a

@@ -66,7 +66,7 @@ def test_fabric_suite_accounting(case):
 @given(node=st.integers(0, 4095), src=st.integers(0, 4095), offset=st.integers(0, 2**40),
        nbytes=st.integers(1, 1 << 16))
 def test_a_damaged_range_changes_its_checksum(node, src, offset, nbytes):
-    """A unit accepted although corrupted (a broken CRC check) marks its packet's bytes damaged (link.pxi on_arrive:
+    """A unit accepted although corrupted (a broken CRC check) marks its packet's bytes damaged (datalink.pxi on_arrive:
     offset bit DAMAGED_BIT), and the checksum of its range at delivery differs from the clean one, always (c_mix is
     a bijection): check_accounting's checksums then fail, not only a counter."""
     from fabric._kernel.kernel import DAMAGED_BIT

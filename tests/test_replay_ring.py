@@ -1,7 +1,7 @@
 """Replay rings are storage: how many slots a channel's ring starts with never shows in the results.
 
 Rings start small and double (all channels at once) when a channel's unacknowledged units fill its ring
-(pyx/fabric/_kernel/link.pxi, ring_grow), so units must keep their order and contents across every growth,
+(pyx/fabric/_kernel/datalink.pxi, ring_grow), so units must keep their order and contents across every growth,
 also while a go-back-N replay is reading them. Exact only if runs starting from one slot per channel (growing
 at the first two units in flight, and again and again) and from rings sized for the whole window (never growing)
 give identical task times, counters, link state, transfers and event counts.

@@ -36,7 +36,7 @@ include "rng.pxi"        # splitmix64 streams, content checksums
 include "events.pxi"     # event queue: 4-ary heap, delay lanes, winner tree
 include "routes.pxi"     # route entries, route graph, path choice
 include "phy.pxi"        # physical layer: flit framing, bit errors, injected faults
-include "link.pxi"       # data-link layer: sequence numbers, replay, Ack/Nak, credits, link timers, receiver
+include "datalink.pxi"   # data-link layer: sequence numbers, replay, Ack/Nak, credits, link timers, receiver
 include "switch.pxi"     # switches: VOQs, bitmaps, arbitration, switch pipeline wake-ups
 include "endpoint.pxi"   # transaction layer: packet pool, carving, tags, end-to-end window, delivery, completions
 include "executor.pxi"   # task graph, analytic engine

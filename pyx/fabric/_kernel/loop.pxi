@@ -76,11 +76,11 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
         s.now = e.time
         s.events += 1
         typ = ev_type(&e)
-        if typ == EV_PKT_ARRIVE:                # link.pxi
+        if typ == EV_PKT_ARRIVE:                # datalink.pxi
             on_arrive(s, &e)
-        elif typ == EV_TX_DONE:                 # link.pxi
+        elif typ == EV_TX_DONE:                 # datalink.pxi
             on_tx_done(s, e.ch)
-        elif typ == EV_CTRL_ARRIVE:             # link.pxi
+        elif typ == EV_CTRL_ARRIVE:             # datalink.pxi
             on_ctrl(s, &e)
         elif typ == EV_WAKE:                    # switch.pxi
             on_wake(s, e.ch)
@@ -94,7 +94,7 @@ cdef int c_run(SimC* s, int64_t max_events, ps_t until_ps, int* outcome) except 
             on_grant(s, &e)
         elif typ == EV_XFER_INJECT:             # endpoint.pxi
             on_inject(s, e.x)
-        elif typ == EV_ACK_TIMER:               # link.pxi, and the rest
+        elif typ == EV_ACK_TIMER:               # datalink.pxi, and the rest
             on_ack_timer(s, &e)
         elif typ == EV_REPLAY_TIMER:
             on_replay_timer(s, e.ch)
