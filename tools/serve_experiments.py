@@ -7,6 +7,8 @@
 2. Throughput and latency against load (the trace's arrivals rescaled to each rate), tp=64 against
    attn=dp,ep=64 (both BF16 weights), on the sd200 fabric as it is and with its link bandwidth x0.5 and x2 and its
    link latency (PHY, FEC and wire) x2: where along the curve the fabric starts to matter, and by how much.
+3. (--pd) PD disaggregation against co-located serving at the same SLOs, 64 ranks and FP8 weights either way:
+   prefill attn=tp8,ep=32 + decode attn=dp,ep=32 against attn=dp,ep=64.
 Every point is a fabric.serve.Deployment (one per plan and fabric: its step model is shared by the rates) serving
 the first --requests requests. Prints a markdown table per plan; --out writes every row as JSON.
 """
@@ -43,15 +45,52 @@ def one_user() -> dict:
                 published_tpot_ms=8.9, tokens_per_s=1e3 / r["tpot_ms"]["mean"])
 
 
+PD = dict(prefill="attn=tp8,ep=32,weights=fp8", decode="attn=dp,ep=32,weights=fp8")
+COLOCATED = "attn=dp,ep=64,weights=fp8"
+
+
+def pd_vs_colocated(rates, requests) -> list[dict]:
+    import fabric.serve
+    from fabric.serve import Deployment
+    keys = ("output_tokens_per_s_per_accelerator", "ttft_ms", "tpot_ms", "goodput_requests_per_s",
+            "exposed_comm_fraction")
+    click.echo("| serving | rate (req/s) | output tok/s per acc | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | goodput "
+               "(req/s) | KV hand-over mean (ms) |\n|---|---:|---:|---:|---:|---:|---:|")
+    colo = Deployment(model="deepseek-r1", plan=COLOCATED)
+    rows = []
+    for rate in rates:
+        for name in ("co-located", "PD"):
+            if name == "PD":
+                r = fabric.serve(model="deepseek-r1", workload="azure-conv", requests=requests, rate=rate, **PD, **SLO)
+            else:
+                r = colo.serve("azure-conv", requests=requests, rate=rate, **SLO)
+            hand = r.get("kv_handover", {}).get("mean_ms")
+            rows.append(dict(serving=name, rate=rate, plan=r["plan"], kv_handover_ms=hand, **{k: r[k] for k in keys}))
+            click.echo(f"| {name} | {rate:g} | {r['output_tokens_per_s_per_accelerator']:.1f} | "
+                       f"{r['ttft_ms']['p50']:.0f} / {r['ttft_ms']['p99']:.0f} | {r['tpot_ms']['p50']:.1f} / "
+                       f"{r['tpot_ms']['p99']:.1f} | {r['goodput_requests_per_s']:.2f} | "
+                       f"{'' if hand is None else f'{hand:.2f}'} |")
+    return rows
+
+
 @click.command()
 @click.option("--requests", default=1000, show_default=True)
 @click.option("--plan", "plans", multiple=True, type=click.Choice(list(PLANS)), default=tuple(PLANS),
               help="plans to run (repeatable) [default: all]")
+@click.option("--pd", "pd_rates", default=None, help="run only experiment 3 at these rates (comma-separated)")
 @click.option("--out", default=None, help="write every row as JSON")
-def main(requests, plans, out):
+def main(requests, plans, pd_rates, out):
     from fabric.config import load_config
     from fabric.serve import Deployment
     t0 = time.perf_counter()
+    if pd_rates:
+        rows = pd_vs_colocated([float(x) for x in pd_rates.split(",")], requests)
+        if out:
+            with open(out, "w") as fh:
+                json.dump(dict(slo=SLO, rows=rows), fh, indent=1)
+                fh.write("\n")
+        click.echo(f"\n{time.perf_counter() - t0:.0f} s")
+        return
     u = one_user()
     click.echo(f"one user, 4096 in / 1024 out, tp=64: TPOT {u['tpot_ms']:.2f} ms ({u['tokens_per_s']:.1f} tokens/s), "
                f"TTFT {u['ttft_ms']:.0f} ms; the decode step at context 4608 {u['step_at_4608_ms']:.2f} ms; "
