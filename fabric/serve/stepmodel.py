@@ -108,9 +108,16 @@ class StepModel:
         return self._run(self.capture(decode, context, prefill, prefill_context, prefill_kv, prompts))
 
     def _run(self, tr) -> Point:
+        from fabric.errors import ConfigError
         from fabric.replay import run_step
         t0 = time.perf_counter()
-        run = run_step(tr, self.cfg, engine=self.engine)
+        try:
+            run = run_step(tr, self.cfg, engine=self.engine)
+        except ConfigError as exc:     # a run-size guard: say which step of the serving run asked for it
+            b = tr.meta.get("plan", {})
+            raise ConfigError(f"the step model's step of {b.get('batch_per_replica', '?')} decode + "
+                              f"{b.get('prefill_tokens', 0)} prompt tokens per group: {exc}; or use --engine "
+                              f"analytic or a smaller --token-budget") from None
         s = run.summary
         pt = Point(float(s["step_us"]), float(s["compute_us"]), float(s["exposed_comm_us"]), fabric_bytes(run.graph))
         self.sim_s += time.perf_counter() - t0

@@ -22,7 +22,7 @@ Cases (see docs/performance.md for figures):
   tables) captured, written to HDF5 and read back, each stage timed; no kernel (wall s: the three stages).
 - `serve-10k`, `serve-10k-packet`, `serve-1024` (by name only: minutes each): fabric-serve end to end
   (fabric.serve.Deployment), DeepSeek-R1 serving the shipped Azure conversation trace: 10,000 requests on sd200 with
-  tp=64 on either engine, and 2,000 requests at 160 requests/s on sd200-1024 (16 replicas of attn=dp,ep=64, fp8
+  tp=64 on either engine (the packet engine's with a token budget of 2,048 a step), and 2,000 requests at 160 requests/s on sd200-1024 (16 replicas of attn=dp,ep=64, fp8
   weights); stages deployment, steps (the step model's grid), schedule (the serving loop and the report).
 - `oneshot-N` (N = 128 .. 1024, presets sd200-N): the same one-shot traffic with 256 B packets; above 64 ranks
   the message shrinks as 64/N so that the total stays tractable (packets then grow linearly in N, not N^2), and
@@ -65,7 +65,8 @@ FULL = ["link", "oneshot-64", "decode-sd200-packet", "decode-sd200-analytic", "r
 QUICK = ["link-quick", "oneshot-64", "decode-sd200-analytic", "ring-1MB-64"]
 # served workloads: minutes each, so only by name (--case); see serve_stages
 SERVE = {"serve-10k": dict(plan="tp=64", requests=10_000, engine="analytic"),
-         "serve-10k-packet": dict(plan="tp=64", requests=10_000, engine="packet"),
+         # the packet engine's grid steps stop at 2,048 prompt tokens a step: a step of 8,192 is ~2e9 events
+         "serve-10k-packet": dict(plan="tp=64", requests=10_000, engine="packet", token_budget=2048),
          "serve-1024": dict(preset="sd200-1024", plan="attn=dp,ep=64,weights=fp8,replicas=16", requests=2000,
                             rate=160.0, engine="analytic")}
 
@@ -143,7 +144,7 @@ def serve_stages(case: str):
     args = dict(SERVE[case])
     t = time.perf_counter()
     dep = Deployment(model="deepseek-r1", preset=args.pop("preset", "sd200"), plan=args.pop("plan"),
-                     engine=args.pop("engine"))
+                     engine=args.pop("engine"), token_budget=args.pop("token_budget", 8192))
     st = {"deployment": time.perf_counter() - t}
     t = time.perf_counter()
     r = dep.serve("azure-conv", **args)
