@@ -98,8 +98,9 @@ def main(requests, plans, pd_rates, out):
     rows = []
     base = load_config("sd200")
     for plan in plans:
-        click.echo(f"\n{plan}\n| fabric | rate (req/s) | output tok/s per acc | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) "
-                   f"| goodput (req/s) | exposed comm | batch mean |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+        click.echo(f"\n{plan}\n| fabric | rate (req/s) | output tok/s per acc | TTFT p50 / p99 (ms) | "
+                   f"TPOT p50 / p99 (ms) | goodput (req/s) | exposed comm | batch mean |\n"
+                   f"|---|---:|---:|---:|---:|---:|---:|---:|")
         for name, sets in variants(base).items():
             dep = Deployment(model="deepseek-r1", cfg=load_config("sd200", overrides=sets or None), plan=plan)
             for rate in PLANS[plan]:

@@ -69,13 +69,14 @@ def render(r: dict) -> str:
     b = r["fabric_bytes"]
     if "kv_handover" in r:
         h, pools = r["kv_handover"], r["pools"]
-        lines.append(f"  KV hand-over         {h['requests']} prompts, mean {h['mean_ms']:.2f} ms, p99 {h['p99_ms']:.2f} ms, "
-                     f"{h['bytes'] / 1e9:.2f} GB ({h['us_per_token']:.3f} us a token + {h['fixed_us']:.1f} us)")
+        lines.append(f"  KV hand-over         {h['requests']} prompts, mean {h['mean_ms']:.2f} ms, p99 "
+                     f"{h['p99_ms']:.2f} ms, {h['bytes'] / 1e9:.2f} GB ({h['us_per_token']:.3f} us a token + "
+                     f"{h['fixed_us']:.1f} us)")
         for name in ("prefill", "decode"):
             p = pools[name]
-            lines.append(f"  {name + ' pool':20s} {p['plan_described']}: {p['steps']} steps in {p['busy_s']:.1f} s busy, "
-                         f"{100 * p['exposed_comm_fraction']:.1f} % exposed communication, {p['preemptions']} "
-                         f"preemptions")
+            lines.append(f"  {name + ' pool':20s} {p['plan_described']}: {p['steps']} steps in {p['busy_s']:.1f} s "
+                         f"busy, {100 * p['exposed_comm_fraction']:.1f} % exposed communication, "
+                         f"{p['preemptions']} preemptions")
     lines += [
         f"  batch                mean {r['batch_mean']:.1f}, max {r['batch_max']} sequences a step; KV use mean "
         f"{100 * r['kv_use_mean']:.1f} %, max {100 * r['kv_use_max']:.1f} %; queue max {r['queue_max']}",

@@ -130,19 +130,13 @@ def serve_disaggregated(*, model: str | None = None, hf_config: str | None = Non
     res["fabric_bytes"]["kv_handover"] = float(hand.bytes(wl.prompt_tokens[moved]).sum())
     for c, b in zip(("tp_collectives", "expert_alltoall", "other"), ps.rec.bytes_by_class):
         res["fabric_bytes"][c] += float(b)
-    pool = lambda s, d: dict(plan=d.plan.text, plan_described=d.plan.describe(), ranks=d.plan.total_ranks,  # noqa
-                             memory=d.kv.as_dict(), steps=int(sum(s.rec.step_count)), busy_s=float(sum(s.rec.step_dur_s)),
-                             preemptions=int(s.preempted.sum()),
-                             exposed_comm_fraction=float(s.rec.comm_s / max(sum(s.rec.step_dur_s), 1e-12)),
-                             step_model=dict(grid_steps_simulated=d.stepmodel.simulated,
-                                             simulate_s=d.stepmodel.sim_s))
     h = hand_us[moved]
     return dict(model=pre.model_name, preset=preset, chip=pre.chip.name, plan=f"prefill {prefill} | decode {decode}",
                 plan_described=f"prefill: {pre.plan.describe()}; decode: {dec.plan.describe()}", engine=engine,
                 seed=seed, token_budget=token_budget, max_seqs=max_seqs, balance=balance, workload=wl.name,
                 workload_meta=wl.meta, ranks=p_ranks + d_ranks, attention_groups=pre.plan.groups + dec.plan.groups,
                 memory=dec.kv.as_dict(), **res,
-                pools=dict(prefill=pool(ps, pre), decode=pool(ds, dec)),
+                pools=dict(prefill=_pool(ps, pre), decode=_pool(ds, dec)),
                 kv_handover=dict(requests=int(moved.sum()), mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
                                  p99_ms=float(np.percentile(h, 99) * 1e-3) if len(h) else 0.0,
                                  bytes=res["fabric_bytes"]["kv_handover"], us_per_token=hand.slope_us,
@@ -150,6 +144,16 @@ def serve_disaggregated(*, model: str | None = None, hf_config: str | None = Non
                 step_model=dict(grid_steps_simulated=pre.stepmodel.simulated + dec.stepmodel.simulated,
                                 simulate_s=pre.stepmodel.sim_s + dec.stepmodel.sim_s),
                 wall_s=time.perf_counter() - t0)
+
+
+def _pool(sched, dep) -> dict:
+    """One pool's plan, memory and steps."""
+    busy = float(sum(sched.rec.step_dur_s))
+    return dict(plan=dep.plan.text, plan_described=dep.plan.describe(), ranks=dep.plan.total_ranks,
+                memory=dep.kv.as_dict(), steps=int(sum(sched.rec.step_count)), busy_s=busy,
+                preemptions=int(sched.preempted.sum()),
+                exposed_comm_fraction=float(sched.rec.comm_s / max(busy, 1e-12)),
+                step_model=dict(grid_steps_simulated=dep.stepmodel.simulated, simulate_s=dep.stepmodel.sim_s))
 
 
 @dataclasses.dataclass

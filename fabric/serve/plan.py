@@ -107,7 +107,8 @@ def parse_plan(text: str, flag: str = "--plan") -> ServePlan:
         raise ConfigError(f"{flag}: attn=dp needs experts spread over the ranks (ep=N, a MoE model); for a dense "
                           "model use tp=1,replicas=N")
     plan = ServePlan(attn_tp=attn_tp, ep=ep, replicas=_int("replicas", kv.get("replicas", "1")),
-                     tbo=_onoff(kv.get("tbo", "off"), flag), weight_dtype=kv.get("weights", "bf16"), text=text, flag=flag)
+                     tbo=_onoff(kv.get("tbo", "off"), flag), weight_dtype=kv.get("weights", "bf16"), text=text,
+                     flag=flag)
     if plan.weight_dtype not in WEIGHT_DTYPES:
         raise ConfigError(f"{flag}: weights={plan.weight_dtype!r} must be one of {', '.join(WEIGHT_DTYPES)}")
     if "ranks" in kv and _int("ranks", kv["ranks"]) != plan.ranks:
@@ -131,8 +132,8 @@ def check_plan(plan: ServePlan, spec, serving_ranks: int, preset: str) -> None:
         raise ConfigError(f"{plan.flag} {plan.text!r}: ep={plan.ep} needs a mixture-of-experts model; {spec.name} is "
                           f"dense")
     if plan.ep > 1 and spec.n_experts % plan.ep:
-        raise ConfigError(f"{plan.flag} {plan.text!r}: ep={plan.ep} does not divide the {spec.n_experts} routed experts "
-                          f"of {spec.name}")
+        raise ConfigError(f"{plan.flag} {plan.text!r}: ep={plan.ep} does not divide the {spec.n_experts} routed "
+                          f"experts of {spec.name}")
     if plan.tbo and plan.ep == 1:
         raise ConfigError(f"{plan.flag} {plan.text!r}: tbo=on overlaps the expert all-to-all; it needs ep > 1")
     if plan.total_ranks > serving_ranks:

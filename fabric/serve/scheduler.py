@@ -195,8 +195,8 @@ class Scheduler:
         dec_kv = max(int(self.kv[d].sum()) for d, _ in plans)
         # the group with the most prefill attention work: its prompt tokens, prompts and (query, key) pairs
         pre = max(((sum(c for _, c in chunks), len(chunks),
-                    sum(c * int(self.done_prefill[rid]) + c * (c + 1) / 2 for rid, c in chunks)) for _, chunks in plans),
-                  key=lambda x: x[2])
+                    sum(c * int(self.done_prefill[rid]) + c * (c + 1) / 2 for rid, c in chunks))
+                   for _, chunks in plans), key=lambda x: x[2])
         dur_us, comm_us, nbytes = self.sm.step(max(sizes), dec_kv, pre[2], mean_tokens=sum(sizes) / len(sizes),
                                                prefill=pre[0], prompts=pre[1])
         end = t + dur_us / 1e6
