@@ -125,13 +125,29 @@ def _builder(trace, cfg, oracle, *, semantics: bool, stream_order: bool) -> Grap
     stream = _cat(tables, "stream", np.int32)
     op_rank = np.repeat(np.arange(R, dtype=np.int32), n_ops)        # the graph's rank column's dtype
     op_local = np.arange(G, dtype=np.int64) - np.repeat(off[:-1], n_ops)
-    entry = np.full(G, -1, np.int64)
+    entry = np.full(G, -1, np.int64)       # per op: its first task (or start JOIN) and its last (or done JOIN)
     exit_ = np.full(G, -1, np.int64)
     from fabric.address import GIB
     # every store and load of a collective names (peer, buffer, offset): a global address of the unified map
     b = GraphBuilder(R, semantics=semantics, window_bytes=cfg.topology.accel_mem_gib * GIB)
+    _add_compute(b, tables, kind, stream, op_rank, op_local, entry, exit_)
+    # read after the compute ops' columns are freed
+    coll_kind = _cat(tables, "coll_kind", np.int8)
+    coll_bytes = _cat(tables, "coll_bytes", np.int64)
+    group = _cat(tables, "group", np.int32)
+    peer = _cat(tables, "peer", np.int32)
+    _add_collectives(b, trace, cfg, oracle, semantics, kind, stream, op_rank, op_local, coll_kind, coll_bytes, group,
+                     peer, entry, exit_)
+    _add_point_to_point(b, trace, cfg, semantics, R, kind, stream, op_rank, op_local, coll_bytes, peer, entry, exit_)
+    if np.any(entry < 0):
+        j = int(np.flatnonzero(entry < 0)[0])
+        raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: unknown op kind {int(kind[j])}")
+    _add_dependencies(b, tables, n_ops, stream, stream_order, op_rank, op_local, entry, exit_)
+    return b
 
-    # ---- compute ops
+
+def _add_compute(b, tables, kind, stream, op_rank, op_local, entry, exit_) -> None:
+    """Compute ops: a COMPUTE task each."""
     comp = np.flatnonzero(kind == KIND_COMPUTE)
     if len(comp):
         dur = _cat(tables, "duration_ns", np.float64)[comp]
@@ -142,109 +158,120 @@ def _builder(trace, cfg, oracle, *, semantics: bool, stream_order: bool) -> Grap
         entry[comp] = ids
         exit_[comp] = ids
 
-    coll_kind = _cat(tables, "coll_kind", np.int8)
-    coll_bytes = _cat(tables, "coll_bytes", np.int64)
-    group = _cat(tables, "group", np.int32)
-    peer = _cat(tables, "peer", np.int32)
 
-    # ---- collectives: the k-th op of each member on a group is one instance
+def _add_collectives(b, trace, cfg, oracle, semantics, kind, stream, op_rank, op_local, coll_kind, coll_bytes, group,
+                     peer, entry, exit_) -> None:
+    """Collectives: the k-th op of each member on a group is one instance."""
     cidx = np.flatnonzero(kind == KIND_COLLECTIVE)
-    if len(cidx):
-        groups = [np.asarray(g, np.int64) for g in trace.groups]
-        ng = len(groups)
-        grp = group[cidx].astype(np.int64)
-        rk = op_rank[cidx]
-        bad = (grp < 0) | (grp >= ng)
-        if np.any(bad):
-            j = cidx[np.flatnonzero(bad)[0]]
-            raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: unknown group {group[j]} ({ng} groups)")
-        gpos = np.full((ng, R), -1, np.int64)
-        for g, mem in enumerate(groups):
-            gpos[g, mem] = np.arange(len(mem))
-        lp = gpos[grp, rk]
-        if np.any(lp < 0):
-            j = cidx[np.flatnonzero(lp < 0)[0]]
-            raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: rank is not a member of group {group[j]}")
-        occ = _occurrence(grp * R + rk)
-        frags: dict = {}            # (kind, nbytes, group size, root) -> the fragment its instances stamp
-        for g, mem in enumerate(groups):
-            sel = np.flatnonzero(grp == g)
-            if not len(sel):
-                continue
-            per = np.bincount(lp[sel], minlength=len(mem))
-            K = int(per.max())
-            if np.any(per != K):
-                r = int(mem[np.flatnonzero(per != K)[0]])
-                raise TraceError(f"group {g}: rank {r} issues {int(per[gpos[g, r]])} collectives on it, rank "
-                                 f"{int(mem[np.argmax(per)])} issues {K}")
-            mat = np.empty((K, len(mem)), np.int64)
-            mat[occ[sel], lp[sel]] = cidx[sel]
-            ck, cb = coll_kind[mat], coll_bytes[mat]
-            mism = (ck != ck[:, :1]) | (cb != cb[:, :1])
-            if np.any(mism):
-                k, p = np.argwhere(mism)[0]
-                j0, j = mat[k, 0], mat[k, p]
-                raise TraceError(f"group {g}: collective #{k} does not match: rank {mem[0]} op {op_local[j0]} is "
-                                 f"{COLL_NAMES[ck[k, 0]]} {cb[k, 0]} B, rank {mem[p]} op {op_local[j]} is "
-                                 f"{COLL_NAMES[ck[k, p]]} {cb[k, p]} B")
-            n = len(mem)
-            batches: dict = {}  # one stamping call per (template, group)
-            for k in range(K):
-                row = mat[k]
-                kname = COLL_NAMES[int(ck[k, 0])] if 0 <= ck[k, 0] < len(COLL_NAMES) else "?"
-                if kname not in collectives.KINDS or kname == "sendrecv":   # send/recv are ops of their own
-                    raise TraceError(f"group {g}: rank {mem[0]} op {op_local[row[0]]} is a collective of unknown "
-                                     f"kind {int(ck[k, 0])}")
-                nb = fragment_nbytes(kname, int(cb[k, 0]), n)
-                root = 0
-                if kname == "broadcast":
-                    pr = int(peer[row[0]])
-                    root = int(gpos[g, pr]) if 0 <= pr < R and gpos[g, pr] >= 0 else 0
-                key = (kname, nb, n, root)
-                frag = frags.get(key)
-                if frag is None:        # the policy and the template cache hash the whole config on every call
-                    alg = collectives.select(kname, nb, n, cfg, oracle=oracle)
-                    frag = frags[key] = collectives.template(kname, alg, nb, n, cfg, root=root, semantics=semantics)
-                batches.setdefault(id(frag), (frag, []))[1].append(k)
-            for frag, ks in batches.values():
-                rows = mat[ks]
-                labels = [_label(trace, int(mem[0]), int(op_local[r0])) for r0 in rows[:, 0]]
-                start, done, _ = b.add_fragments(frag, np.broadcast_to(mem, rows.shape), streams=stream[rows],
-                                                 labels=labels)
-                entry[rows] = start
-                exit_[rows] = done
+    if not len(cidx):
+        return
+    R = int(trace.n_ranks)
+    groups = [np.asarray(g, np.int64) for g in trace.groups]
+    ng = len(groups)
+    grp = group[cidx].astype(np.int64)
+    rk = op_rank[cidx]
+    bad = (grp < 0) | (grp >= ng)
+    if np.any(bad):
+        j = cidx[np.flatnonzero(bad)[0]]
+        raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: unknown group {group[j]} ({ng} groups)")
+    gpos = np.full((ng, R), -1, np.int64)
+    for g, mem in enumerate(groups):
+        gpos[g, mem] = np.arange(len(mem))
+    lp = gpos[grp, rk]
+    if np.any(lp < 0):
+        j = cidx[np.flatnonzero(lp < 0)[0]]
+        raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: rank is not a member of group {group[j]}")
+    occ = _occurrence(grp * R + rk)
+    frags: dict = {}            # (kind, nbytes, group size, root) -> the fragment its instances stamp
+    for g, mem in enumerate(groups):
+        sel = np.flatnonzero(grp == g)
+        if not len(sel):
+            continue
+        per = np.bincount(lp[sel], minlength=len(mem))
+        K = int(per.max())
+        if np.any(per != K):
+            r = int(mem[np.flatnonzero(per != K)[0]])
+            raise TraceError(f"group {g}: rank {r} issues {int(per[gpos[g, r]])} collectives on it, rank "
+                             f"{int(mem[np.argmax(per)])} issues {K}")
+        mat = np.empty((K, len(mem)), np.int64)
+        mat[occ[sel], lp[sel]] = cidx[sel]
+        _stamp_group(b, trace, cfg, oracle, semantics, frags, g, mem, mat, gpos, coll_kind, coll_bytes, peer,
+                     stream, op_local, entry, exit_)
 
-    # ---- point to point: k-th send a->b matches the k-th recv on b from a
+
+def _stamp_group(b, trace, cfg, oracle, semantics, frags, g, mem, mat, gpos, coll_kind, coll_bytes, peer, stream,
+                 op_local, entry, exit_) -> None:
+    """Group g's instances (mat: instance x member -> op): checked to match across members, each stamped with the
+    fragment of its (kind, nbytes, group size, root), one stamping call per fragment."""
+    R = int(trace.n_ranks)
+    ck, cb = coll_kind[mat], coll_bytes[mat]
+    mism = (ck != ck[:, :1]) | (cb != cb[:, :1])
+    if np.any(mism):
+        k, p = np.argwhere(mism)[0]
+        j0, j = mat[k, 0], mat[k, p]
+        raise TraceError(f"group {g}: collective #{k} does not match: rank {mem[0]} op {op_local[j0]} is "
+                         f"{COLL_NAMES[ck[k, 0]]} {cb[k, 0]} B, rank {mem[p]} op {op_local[j]} is "
+                         f"{COLL_NAMES[ck[k, p]]} {cb[k, p]} B")
+    n = len(mem)
+    batches: dict = {}  # one stamping call per (template, group)
+    for k in range(len(mat)):
+        row = mat[k]
+        kname = COLL_NAMES[int(ck[k, 0])] if 0 <= ck[k, 0] < len(COLL_NAMES) else "?"
+        if kname not in collectives.KINDS or kname == "sendrecv":   # send/recv are ops of their own
+            raise TraceError(f"group {g}: rank {mem[0]} op {op_local[row[0]]} is a collective of unknown "
+                             f"kind {int(ck[k, 0])}")
+        nb = fragment_nbytes(kname, int(cb[k, 0]), n)
+        root = 0
+        if kname == "broadcast":
+            pr = int(peer[row[0]])
+            root = int(gpos[g, pr]) if 0 <= pr < R and gpos[g, pr] >= 0 else 0
+        key = (kname, nb, n, root)
+        frag = frags.get(key)
+        if frag is None:        # the policy and the template cache hash the whole config on every call
+            alg = collectives.select(kname, nb, n, cfg, oracle=oracle)
+            frag = frags[key] = collectives.template(kname, alg, nb, n, cfg, root=root, semantics=semantics)
+        batches.setdefault(id(frag), (frag, []))[1].append(k)
+    for frag, ks in batches.values():
+        rows = mat[ks]
+        labels = [_label(trace, int(mem[0]), int(op_local[r0])) for r0 in rows[:, 0]]
+        start, done, _ = b.add_fragments(frag, np.broadcast_to(mem, rows.shape), streams=stream[rows],
+                                         labels=labels)
+        entry[rows] = start
+        exit_[rows] = done
+
+
+def _add_point_to_point(b, trace, cfg, semantics, R, kind, stream, op_rank, op_local, coll_bytes, peer, entry,
+                        exit_) -> None:
+    """Point to point: the k-th send a->b matches the k-th recv on b from a, a sendrecv fragment per pair."""
     snd = np.flatnonzero(kind == KIND_SEND)
     rcv = np.flatnonzero(kind == KIND_RECV)
-    if len(snd) or len(rcv):
-        skey = op_rank[snd].astype(np.int64) * R + peer[snd]
-        rkey = peer[rcv].astype(np.int64) * R + op_rank[rcv]
-        so = np.lexsort((_occurrence(skey), skey))
-        ro = np.lexsort((_occurrence(rkey), rkey))
-        if len(so) != len(ro) or np.any(skey[so] != rkey[ro]):
-            raise TraceError(f"sends and receives do not pair up ({len(snd)} sends, {len(rcv)} receives; every send "
-                             f"a->b needs a receive on b from a, in order)")
-        s_ops, r_ops = snd[so], rcv[ro]
-        if np.any(coll_bytes[s_ops] != coll_bytes[r_ops]):
-            j = np.flatnonzero(coll_bytes[s_ops] != coll_bytes[r_ops])[0]
-            raise TraceError(f"rank {op_rank[s_ops[j]]} op {op_local[s_ops[j]]} sends {coll_bytes[s_ops[j]]} B but "
-                             f"rank {op_rank[r_ops[j]]} op {op_local[r_ops[j]]} receives {coll_bytes[r_ops[j]]} B")
-        nbs = coll_bytes[s_ops]
-        for nb in np.unique(nbs).tolist():
-            sel = np.flatnonzero(nbs == nb)
-            frag = collectives.template("sendrecv", "direct", int(nb), 2, cfg, semantics=semantics)
-            pair = np.stack([s_ops[sel], r_ops[sel]], axis=1)
-            labels = [_label(trace, int(op_rank[a]), int(op_local[a])) for a in s_ops[sel]]
-            start, done, _ = b.add_fragments(frag, op_rank[pair], streams=stream[pair], labels=labels)
-            entry[pair] = start
-            exit_[pair] = done
+    if not (len(snd) or len(rcv)):
+        return
+    skey = op_rank[snd].astype(np.int64) * R + peer[snd]
+    rkey = peer[rcv].astype(np.int64) * R + op_rank[rcv]
+    so = np.lexsort((_occurrence(skey), skey))
+    ro = np.lexsort((_occurrence(rkey), rkey))
+    if len(so) != len(ro) or np.any(skey[so] != rkey[ro]):
+        raise TraceError(f"sends and receives do not pair up ({len(snd)} sends, {len(rcv)} receives; every send "
+                         f"a->b needs a receive on b from a, in order)")
+    s_ops, r_ops = snd[so], rcv[ro]
+    if np.any(coll_bytes[s_ops] != coll_bytes[r_ops]):
+        j = np.flatnonzero(coll_bytes[s_ops] != coll_bytes[r_ops])[0]
+        raise TraceError(f"rank {op_rank[s_ops[j]]} op {op_local[s_ops[j]]} sends {coll_bytes[s_ops[j]]} B but "
+                         f"rank {op_rank[r_ops[j]]} op {op_local[r_ops[j]]} receives {coll_bytes[r_ops[j]]} B")
+    nbs = coll_bytes[s_ops]
+    for nb in np.unique(nbs).tolist():
+        sel = np.flatnonzero(nbs == nb)
+        frag = collectives.template("sendrecv", "direct", int(nb), 2, cfg, semantics=semantics)
+        pair = np.stack([s_ops[sel], r_ops[sel]], axis=1)
+        labels = [_label(trace, int(op_rank[a]), int(op_local[a])) for a in s_ops[sel]]
+        start, done, _ = b.add_fragments(frag, op_rank[pair], streams=stream[pair], labels=labels)
+        entry[pair] = start
+        exit_[pair] = done
 
-    if np.any(entry < 0):
-        j = int(np.flatnonzero(entry < 0)[0])
-        raise TraceError(f"rank {op_rank[j]} op {op_local[j]}: unknown op kind {int(kind[j])}")
 
-    # ---- dependencies between ops: the trace's, and program order on each (rank, stream), each edge once (in C)
+def _add_dependencies(b, tables, n_ops, stream, stream_order, op_rank, op_local, entry, exit_) -> None:
+    """Dependencies between ops: the trace's, and program order on each (rank, stream), each edge once (in C)."""
     dep_cnt = np.concatenate([np.diff(t.dep_ptr) for t in tables]) if tables else np.zeros(0, np.int64)
     try:
         pred, succ, bad = arrays.op_dependencies(n_ops, dep_cnt, _cat(tables, "dep_idx", np.int64), stream,
@@ -255,4 +282,3 @@ def _builder(trace, cfg, oracle, *, semantics: bool, stream_order: bool) -> Grap
         raise TraceError(f"rank {op_rank[bad]} op {op_local[bad]}: a dependency names an op outside the rank's table")
     if len(pred):
         b.add_edges(pred, succ)
-    return b

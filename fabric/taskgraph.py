@@ -32,7 +32,6 @@ STORE, LOAD = 0, 1
 # its first hop (SW_UP: rank's port into its switch, consumed by the switch's reduce/multicast engine) or to its last
 # hop (SW_DOWN: the switch's port to peer, injected by the switch). Need switch.reduction on that switch.
 SW_UP, SW_DOWN = 2, 3
-OP_NAMES = ("store", "load", "switch-up", "switch-down")
 # symbolic buffer tags (per collective instance and rank)
 BUF_NAMES = dict(enumerate(("in", "out", "tmp")))
 BUF_NONE = -1

@@ -89,11 +89,45 @@ def events(run: dict, trace=None) -> tuple[list[str], dict]:
     n = dict(slices=0, stream_slices=0, collective_slices=0, phase_slices=0, transfer_slices=0, flows=0,
              counter_events=0)
     step_ps = int(end[ran].max()) if ran.any() else 0
-    tids: dict[tuple[int, int], str] = {}
-    # ---- link counters from the kernel's samples (first: before the per-task arrays below exist)
+    tids: dict[tuple[int, int], str] = {}      # (rank, thread id) -> the track's name, filled by every section
+    q = _quoter()
+    # link counters first: before the per-task arrays of the sections below exist
     n["counter_events"], counter_text = _counters(run, R, step_ps)
+    n["stream_slices"] = _stream_slices(out, tids, q, trace, ran, kind, rank, stream, coll, nbytes, src_op, coll_meta,
+                                        start, end)
+    snd, rcv = _senders_receivers(kind, rank, peer, op)
+    inc = np.flatnonzero(ran & (coll >= 0))
+    if len(inc) and coll_meta:
+        n["collective_slices"], n["phase_slices"], n["flows"] = _collectives(
+            out, tids, q, inc, R, kind, rank, coll, nbytes, coll_meta, snd, rcv, start, end)
+    lone = np.flatnonzero(ran & (coll < 0) & (kind == TRANSFER))
+    if len(lone) and len(lone) <= 200_000:
+        _lone_transfers(out, tids, lone, snd, rcv, op, nbytes, start, end)
+        n["transfer_slices"] = 2 * len(lone)
+        n["flows"] += len(lone)
+    n["slices"] = n["stream_slices"] + n["collective_slices"] + n["phase_slices"] + n["transfer_slices"]
+    meta = _track_names(tids, R, q)
+    n["step_ps"] = step_ps
+    n["sample_ps"] = int(run.get("sample_ps", 0))
+    n["samples"] = int(len(run.get("samples", ())))
+    return meta + out + counter_text, n
 
-    # ---- stream tasks: compute ops, collective overheads, local reductions
+
+def _quoter():
+    """A JSON string quoter that caches each value's text (names, modules and labels repeat over ranks)."""
+    esc: dict = {}
+
+    def q(x) -> str:
+        s = esc.get(x)
+        if s is None:
+            s = esc[x] = json.dumps(x if isinstance(x, str) else str(x, "utf-8") if isinstance(x, bytes) else str(x))
+        return s
+    return q
+
+
+def _stream_slices(out, tids, q, trace, ran, kind, rank, stream, coll, nbytes, src_op, coll_meta, start, end) -> int:
+    """Stream tasks: compute ops (with their trace op's name, layer, module, flops and bytes when the trace is
+    given), collective overheads, local reductions. Appends to out and tids; returns the slice count."""
     on = np.flatnonzero(ran & (stream >= 0) & ((kind == COMPUTE) | (kind == REDUCE)))
     op_names = None
     if trace is not None and src_op is not None:
@@ -103,14 +137,6 @@ def events(run: dict, trace=None) -> tuple[list[str], dict]:
                for k in ("name", "layer", "module", "flops", "bytes")
                if all(getattr(t, k, None) is not None for t in trace.ops)}
         op_names = (offs, cat)
-    esc: dict = {}
-
-    def q(x) -> str:
-        s = esc.get(x)
-        if s is None:
-            s = esc[x] = json.dumps(x if isinstance(x, str) else str(x, "utf-8") if isinstance(x, bytes) else str(x))
-        return s
-
     kinds = kind[on].tolist()
     colls = coll[on].tolist()
     nbs = nbytes[on].tolist()
@@ -148,128 +174,143 @@ def events(run: dict, trace=None) -> tuple[list[str], dict]:
     out += [f'{{"ph":"X","pid":{r},"tid":{st},"ts":{a:.6f},"dur":{b:.6f},{d}}}'
             for r, st, a, b, d in zip(rl, sl, (start[on] / 1e6).tolist(), ((end[on] - start[on]) / 1e6).tolist(),
                                       desc)]
-    n["stream_slices"] = len(on)
+    return len(on)
 
-    # ---- collectives: one slice per (instance, rank), over its tasks on that rank and the receives landing there
-    snd, rcv = _senders_receivers(kind, rank, peer, op)
-    inc = np.flatnonzero(ran & (coll >= 0))
-    if len(inc) and coll_meta:
-        C = len(coll_meta)
-        xf = kind[inc] == TRANSFER
-        first = np.full(C * R, np.iinfo(np.int64).max)
-        last = np.full(C * R, -1, np.int64)
-        for who, sel in ((rank, inc), (rcv, inc[xf]), (snd, inc[xf])):   # own tasks, receives, sends
-            key = coll[sel].astype(np.int64) * R + who[sel]
-            np.minimum.at(first, key, start[sel])
-            np.maximum.at(last, key, end[sel])
-            del key
-        have = np.flatnonzero(last >= 0)
-        cl = _lanes(have % R, first[have], last[have])
-        coll_lane = dict(zip(have.tolist(), cl.tolist()))
-        for key, lane in zip(have.tolist(), cl.tolist()):
-            c, r = divmod(key, R)
-            m = coll_meta[c]
-            tids[(r, COLL_TID + lane)] = "collectives" if lane == 0 else f"collectives {lane}"
-            out.append(f'{{"ph":"X","pid":{r},"tid":{COLL_TID + lane},"ts":{_us(first[key])},'
-                       f'"dur":{_us(last[key] - first[key])},"name":{q(m.kind)},"args":{{"collective":{c},'
-                       f'"algorithm":{q(m.algorithm)},"protocol":{q(getattr(m, "protocol", "") or "default")},'
-                       f'"bytes":{int(m.nbytes)},"ranks":{len(m.ranks)},"label":{q(m.label)}}}}}')
-        n["collective_slices"] = len(have)
 
-        # phases of a rank's sends: separated by its own non-transfer tasks of the collective (wait points,
-        # reductions, overheads) in start order
-        own = inc[(kind[inc] != TRANSFER)]
-        sx = inc[xf]
-        k_all = np.concatenate([coll[own].astype(np.int64) * R + rank[own], coll[sx].astype(np.int64) * R + snd[sx]])
-        is_x = np.concatenate([np.zeros(len(own), bool), np.ones(len(sx), bool)])
-        t_all = np.concatenate([own, sx])
-        o = np.lexsort((is_x, start[t_all], k_all))
-        k_s, x_s, t_s = k_all[o], is_x[o], t_all[o]
-        del k_all, is_x, t_all, o
-        sep = np.cumsum(~x_s)
-        grp_start = np.r_[True, k_s[1:] != k_s[:-1]]
-        base = np.maximum.accumulate(np.where(grp_start, sep - (~x_s), 0))
-        phase_raw = sep - base                              # non-transfer tasks before it in its group
-        del sep, base, grp_start
-        xs = x_s
-        M = len(t_s) + 1
-        pk = k_s[xs] * M + phase_raw[xs]                   # unique (collective, rank, phase)
-        tx = t_s[xs]
-        del k_s, x_s, t_s, phase_raw
-        uk, inv = np.unique(pk, return_inverse=True)
-        del pk
-        p_first = np.full(len(uk), np.iinfo(np.int64).max)
-        p_last = np.full(len(uk), -1, np.int64)
-        np.minimum.at(p_first, inv, start[tx])
-        np.maximum.at(p_last, inv, end[tx])
-        p_cnt = np.bincount(inv, minlength=len(uk))
-        p_bytes = np.bincount(inv, weights=nbytes[tx], minlength=len(uk))
-        p_key = uk // M
-        p_idx = np.zeros(len(uk), np.int64)                 # dense phase number within (collective, rank)
-        if len(uk):
-            new = np.r_[True, p_key[1:] != p_key[:-1]]
-            pos = np.arange(len(uk))
-            p_idx = pos - np.maximum.accumulate(np.where(new, pos, 0))
-        p_rank = p_key % R
-        p_coll = p_key // R
-        pl = _lanes(p_rank, p_first, p_last)
-        kname = [q(f"{m.kind} phase ") for m in coll_meta]
-        for r, lane, c, ph, a, b, cnt, byt in zip(p_rank.tolist(), pl.tolist(), p_coll.tolist(), p_idx.tolist(),
-                                                   (p_first / 1e6).tolist(), ((p_last - p_first) / 1e6).tolist(),
-                                                   p_cnt.tolist(), p_bytes.tolist()):
-            if lane:
-                tids[(r, SEND_TID + lane)] = f"collective sends {lane}"
-            out.append(f'{{"ph":"X","pid":{r},"tid":{SEND_TID + lane},"ts":{a:.6f},"dur":{b:.6f},'
-                       f'"name":{kname[c][:-1]}{ph}","args":{{"collective":{c},"phase":{ph},"transfers":{cnt},'
-                       f'"bytes":{int(byt)}}}}}')
-        for r in set(p_rank.tolist()):
-            tids[(r, SEND_TID)] = "collective sends"
-        n["phase_slices"] = len(uk)
+def _collectives(out, tids, q, inc, R, kind, rank, coll, nbytes, coll_meta, snd, rcv, start, end) \
+        -> tuple[int, int, int]:
+    """The collective tasks inc: a slice per (instance, rank), the phases of each rank's sends, and the flows from
+    a phase to its receiver's slice. Appends to out and tids; returns the counts of slices, phases and flows."""
+    xf = kind[inc] == TRANSFER
+    coll_lane, n_slices = _collective_slices(out, tids, q, inc, xf, R, rank, coll, coll_meta, snd, rcv, start, end)
+    tx, inv, p_idx, pl, n_phases = _send_phases(out, tids, q, inc, xf, R, kind, rank, coll, nbytes, coll_meta, snd,
+                                                start, end)
+    n_flows = _phase_flows(out, tx, inv, p_idx, pl, coll_lane, R, coll, snd, rcv, start, end)
+    return n_slices, n_phases, n_flows
 
-        # flows: per (collective, receiver, phase number) the transfer of that phase that arrived last
-        ph_of_t = p_idx[inv]
-        fk = (coll[tx].astype(np.int64) * R + rcv[tx]) * (int(p_idx.max()) + 1 if len(p_idx) else 1) + ph_of_t
-        o = np.lexsort((end[tx], fk))
-        lastof = np.r_[fk[o][1:] != fk[o][:-1], True]
-        sel = o[lastof]
-        flow_id = 0
-        for j in sel.tolist():
-            t = int(tx[j])
-            s_r, d_r, c = int(snd[t]), int(rcv[t]), int(coll[t])
-            flow_id += 1
-            s_lane = int(pl[inv[j]])
-            d_lane = coll_lane.get(c * R + d_r, 0)
-            out.append(f'{{"ph":"s","id":{flow_id},"pid":{s_r},"tid":{SEND_TID + s_lane},"ts":{_us(start[t])},'
-                       f'"name":"recv","cat":"flow"}}')
-            out.append(f'{{"ph":"f","bp":"e","id":{flow_id},"pid":{d_r},"tid":{COLL_TID + d_lane},'
-                       f'"ts":{_us(end[t])},"name":"recv","cat":"flow"}}')
-        n["flows"] = flow_id
-        del tx, inv, fk, o, lastof, sel, inc, xf, own, sx
 
-    # ---- transfers outside collectives (probes): a slice each on the sender, a flow to the receiver
-    lone = np.flatnonzero(ran & (coll < 0) & (kind == TRANSFER))
-    if len(lone) and len(lone) <= 200_000:
-        ln = _lanes(snd[lone], start[lone], end[lone])
-        rl = _lanes(rcv[lone], start[lone], end[lone])
-        for i, t in enumerate(lone.tolist()):
-            s_r, d_r = int(snd[t]), int(rcv[t])
-            tids[(s_r, XFER_TID + int(ln[i]))] = "transfers"
-            tids[(d_r, XFER_TID + 500 + int(rl[i]))] = "receives"
-            body = (f'"dur":{_us(end[t] - start[t])},"args":{{"bytes":{int(nbytes[t])},"src":{s_r},"dst":{d_r},'
-                    f'"op":{int(op[t])}}}')
-            out.append(f'{{"ph":"X","pid":{s_r},"tid":{XFER_TID + int(ln[i])},"ts":{_us(start[t])},'
-                       f'"name":"send",{body}}}')
-            out.append(f'{{"ph":"X","pid":{d_r},"tid":{XFER_TID + 500 + int(rl[i])},"ts":{_us(start[t])},'
-                       f'"name":"receive",{body}}}')
-            out.append(f'{{"ph":"s","id":{1_000_000 + i},"pid":{s_r},"tid":{XFER_TID + int(ln[i])},'
-                       f'"ts":{_us(start[t])},"name":"transfer","cat":"flow"}}')
-            out.append(f'{{"ph":"f","bp":"e","id":{1_000_000 + i},"pid":{d_r},"tid":{XFER_TID + 500 + int(rl[i])},'
-                       f'"ts":{_us(end[t])},"name":"transfer","cat":"flow"}}')
-        n["transfer_slices"] = 2 * len(lone)
-        n["flows"] += len(lone)
-    n["slices"] = n["stream_slices"] + n["collective_slices"] + n["phase_slices"] + n["transfer_slices"]
+def _collective_slices(out, tids, q, inc, xf, R, rank, coll, coll_meta, snd, rcv, start, end) -> tuple[dict, int]:
+    """One slice per (instance, rank), over its tasks on that rank and the receives landing there; returns each
+    (instance * R + rank)'s lane and the slice count."""
+    C = len(coll_meta)
+    first = np.full(C * R, np.iinfo(np.int64).max)
+    last = np.full(C * R, -1, np.int64)
+    for who, sel in ((rank, inc), (rcv, inc[xf]), (snd, inc[xf])):   # own tasks, receives, sends
+        key = coll[sel].astype(np.int64) * R + who[sel]
+        np.minimum.at(first, key, start[sel])
+        np.maximum.at(last, key, end[sel])
+        del key
+    have = np.flatnonzero(last >= 0)
+    cl = _lanes(have % R, first[have], last[have])
+    coll_lane = dict(zip(have.tolist(), cl.tolist()))
+    for key, lane in zip(have.tolist(), cl.tolist()):
+        c, r = divmod(key, R)
+        m = coll_meta[c]
+        tids[(r, COLL_TID + lane)] = "collectives" if lane == 0 else f"collectives {lane}"
+        out.append(f'{{"ph":"X","pid":{r},"tid":{COLL_TID + lane},"ts":{_us(first[key])},'
+                   f'"dur":{_us(last[key] - first[key])},"name":{q(m.kind)},"args":{{"collective":{c},'
+                   f'"algorithm":{q(m.algorithm)},"protocol":{q(getattr(m, "protocol", "") or "default")},'
+                   f'"bytes":{int(m.nbytes)},"ranks":{len(m.ranks)},"label":{q(m.label)}}}}}')
+    return coll_lane, len(have)
 
-    # ---- names and order of processes and threads
+
+def _send_phases(out, tids, q, inc, xf, R, kind, rank, coll, nbytes, coll_meta, snd, start, end):
+    """The phases of a rank's sends: separated by its own non-transfer tasks of the collective (wait points,
+    reductions, overheads) in start order; a slice each. Returns the transfers tx, each one's phase inv (an index
+    into the phases), each phase's number within its (collective, rank) and lane, and the phase count."""
+    own = inc[(kind[inc] != TRANSFER)]
+    sx = inc[xf]
+    k_all = np.concatenate([coll[own].astype(np.int64) * R + rank[own], coll[sx].astype(np.int64) * R + snd[sx]])
+    is_x = np.concatenate([np.zeros(len(own), bool), np.ones(len(sx), bool)])
+    t_all = np.concatenate([own, sx])
+    o = np.lexsort((is_x, start[t_all], k_all))
+    k_s, x_s, t_s = k_all[o], is_x[o], t_all[o]
+    del k_all, is_x, t_all, o
+    sep = np.cumsum(~x_s)
+    grp_start = np.r_[True, k_s[1:] != k_s[:-1]]
+    base = np.maximum.accumulate(np.where(grp_start, sep - (~x_s), 0))
+    phase_raw = sep - base                              # non-transfer tasks before it in its group
+    del sep, base, grp_start
+    xs = x_s
+    M = len(t_s) + 1
+    pk = k_s[xs] * M + phase_raw[xs]                   # unique (collective, rank, phase)
+    tx = t_s[xs]
+    del k_s, x_s, t_s, phase_raw
+    uk, inv = np.unique(pk, return_inverse=True)
+    del pk
+    p_first = np.full(len(uk), np.iinfo(np.int64).max)
+    p_last = np.full(len(uk), -1, np.int64)
+    np.minimum.at(p_first, inv, start[tx])
+    np.maximum.at(p_last, inv, end[tx])
+    p_cnt = np.bincount(inv, minlength=len(uk))
+    p_bytes = np.bincount(inv, weights=nbytes[tx], minlength=len(uk))
+    p_key = uk // M
+    p_idx = np.zeros(len(uk), np.int64)                 # dense phase number within (collective, rank)
+    if len(uk):
+        new = np.r_[True, p_key[1:] != p_key[:-1]]
+        pos = np.arange(len(uk))
+        p_idx = pos - np.maximum.accumulate(np.where(new, pos, 0))
+    p_rank = p_key % R
+    p_coll = p_key // R
+    pl = _lanes(p_rank, p_first, p_last)
+    kname = [q(f"{m.kind} phase ") for m in coll_meta]
+    for r, lane, c, ph, a, b, cnt, byt in zip(p_rank.tolist(), pl.tolist(), p_coll.tolist(), p_idx.tolist(),
+                                               (p_first / 1e6).tolist(), ((p_last - p_first) / 1e6).tolist(),
+                                               p_cnt.tolist(), p_bytes.tolist()):
+        if lane:
+            tids[(r, SEND_TID + lane)] = f"collective sends {lane}"
+        out.append(f'{{"ph":"X","pid":{r},"tid":{SEND_TID + lane},"ts":{a:.6f},"dur":{b:.6f},'
+                   f'"name":{kname[c][:-1]}{ph}","args":{{"collective":{c},"phase":{ph},"transfers":{cnt},'
+                   f'"bytes":{int(byt)}}}}}')
+    for r in set(p_rank.tolist()):
+        tids[(r, SEND_TID)] = "collective sends"
+    return tx, inv, p_idx, pl, len(uk)
+
+
+def _phase_flows(out, tx, inv, p_idx, pl, coll_lane, R, coll, snd, rcv, start, end) -> int:
+    """Flows: per (collective, receiver, phase number) the transfer of that phase that arrived last, from the
+    sender's phase slice to the receiver's collective slice; returns their count."""
+    ph_of_t = p_idx[inv]
+    fk = (coll[tx].astype(np.int64) * R + rcv[tx]) * (int(p_idx.max()) + 1 if len(p_idx) else 1) + ph_of_t
+    o = np.lexsort((end[tx], fk))
+    lastof = np.r_[fk[o][1:] != fk[o][:-1], True]
+    sel = o[lastof]
+    flow_id = 0
+    for j in sel.tolist():
+        t = int(tx[j])
+        s_r, d_r, c = int(snd[t]), int(rcv[t]), int(coll[t])
+        flow_id += 1
+        s_lane = int(pl[inv[j]])
+        d_lane = coll_lane.get(c * R + d_r, 0)
+        out.append(f'{{"ph":"s","id":{flow_id},"pid":{s_r},"tid":{SEND_TID + s_lane},"ts":{_us(start[t])},'
+                   f'"name":"recv","cat":"flow"}}')
+        out.append(f'{{"ph":"f","bp":"e","id":{flow_id},"pid":{d_r},"tid":{COLL_TID + d_lane},'
+                   f'"ts":{_us(end[t])},"name":"recv","cat":"flow"}}')
+    return flow_id
+
+
+def _lone_transfers(out, tids, lone, snd, rcv, op, nbytes, start, end) -> None:
+    """Transfers outside collectives (probes): a slice each on the sender and the receiver, a flow between."""
+    ln = _lanes(snd[lone], start[lone], end[lone])
+    rl = _lanes(rcv[lone], start[lone], end[lone])
+    for i, t in enumerate(lone.tolist()):
+        s_r, d_r = int(snd[t]), int(rcv[t])
+        tids[(s_r, XFER_TID + int(ln[i]))] = "transfers"
+        tids[(d_r, XFER_TID + 500 + int(rl[i]))] = "receives"
+        body = (f'"dur":{_us(end[t] - start[t])},"args":{{"bytes":{int(nbytes[t])},"src":{s_r},"dst":{d_r},'
+                f'"op":{int(op[t])}}}')
+        out.append(f'{{"ph":"X","pid":{s_r},"tid":{XFER_TID + int(ln[i])},"ts":{_us(start[t])},'
+                   f'"name":"send",{body}}}')
+        out.append(f'{{"ph":"X","pid":{d_r},"tid":{XFER_TID + 500 + int(rl[i])},"ts":{_us(start[t])},'
+                   f'"name":"receive",{body}}}')
+        out.append(f'{{"ph":"s","id":{1_000_000 + i},"pid":{s_r},"tid":{XFER_TID + int(ln[i])},'
+                   f'"ts":{_us(start[t])},"name":"transfer","cat":"flow"}}')
+        out.append(f'{{"ph":"f","bp":"e","id":{1_000_000 + i},"pid":{d_r},"tid":{XFER_TID + 500 + int(rl[i])},'
+                   f'"ts":{_us(end[t])},"name":"transfer","cat":"flow"}}')
+
+
+def _track_names(tids, R: int, q) -> list[str]:
+    """Metadata events: the names and order of the processes (a rank each, then "links") and their threads."""
     meta = []
     for r in sorted({r for r, _ in tids}):
         meta.append(f'{{"ph":"M","ts":0,"pid":{r},"name":"process_name","args":{{"name":"rank {r}"}}}}')
@@ -279,10 +320,7 @@ def events(run: dict, trace=None) -> tuple[list[str], dict]:
         meta.append(f'{{"ph":"M","ts":0,"pid":{r},"tid":{tid},"name":"thread_sort_index","args":{{"sort_index":{tid}}}}}')
     meta.append(f'{{"ph":"M","ts":0,"pid":{R},"name":"process_name","args":{{"name":"links"}}}}')
     meta.append(f'{{"ph":"M","ts":0,"pid":{R},"name":"process_sort_index","args":{{"sort_index":{R}}}}}')
-    n["step_ps"] = step_ps
-    n["sample_ps"] = int(run.get("sample_ps", 0))
-    n["samples"] = int(len(run.get("samples", ())))
-    return meta + out + counter_text, n
+    return meta
 
 
 def _num(v) -> str:

@@ -11,7 +11,6 @@ holds the constants this fit returns and reproduces the rows.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -66,11 +65,6 @@ def fit(chip, rows=H200_GEMV) -> dict:
     kp = params_of(chip)
     return dict(sm_gbps=b0, bw_eta=e0, latency_ns=kp.round_trips * kp.gemv_inflight_kib * 1024 / b0,
                 errors=[float(p / r[2] - 1) for p, r in zip(pred, rows)])
-
-
-def with_constants(chip, **consts):
-    """`chip` with some [kernels] constants replaced."""
-    return dataclasses.replace(chip, kernels=dataclasses.replace(params_of(chip), **consts))
 
 
 def leave_one_out(chip, rows=H200_GEMV) -> list[dict]:

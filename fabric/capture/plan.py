@@ -434,174 +434,212 @@ def decode_attention_ns(spec: ModelSpec, plan: Plan, chip: ChipProfile) -> float
 def lower(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile, meta: dict, *,
           each_rank_built: bool = False) -> Trace:
     """Shard, cost and add collectives: one OpTable per rank (identical ranks share one table). Under expert
-    parallelism ranks 1.. are rank 0's table with their own experts' costs and tp group (rank_table: 256 ranks
-    4.0 -> 1.1 s); each_rank_built=True builds every rank op by op instead, the reference the tests compare with."""
+    parallelism ranks 1.. are rank 0's table with their own experts' costs and tp group (_Lowering.rank_table, much
+    faster than building each rank: docs/performance-history.md); each_rank_built=True builds every rank op by op
+    instead, the reference the tests compare with."""
     plan.check(spec)
     graph = with_prefill(graph, spec, plan)
-    n, tp, dp = plan.n_ranks, plan.tp, plan.dp
-    wbytes = DTYPE_BYTES[plan.weight_dtype]
-    b_local = plan.b_local
-    n_tok = b_local + plan.prefill_tokens      # tokens each attention group routes through every MoE layer
-    groups = [list(range(n))]
-    if dp > 1:
-        groups += [list(range(d * tp, (d + 1) * tp)) for d in range(dp)]
+    lw = _Lowering(graph, spec, plan, chip)
+    n = plan.n_ranks
+    if plan.ep == 1:
+        t = lw.build(0)
+        ops = [t] * n
+    elif lw.eager or each_rank_built:    # an eager step's host timeline runs over every kernel's own time
+        ops = [lw.build(r) for r in range(n)]
+    else:
+        base = lw.build(0)
+        ops = [base] + [lw.rank_table(base, r) for r in range(1, n)]
+    return Trace(meta=_trace_meta(meta, plan, chip, lw), n_ranks=n, groups=lw.groups, ops=ops)
 
-    def tp_group(r):
-        return 0 if dp == 1 else 1 + r // tp
 
-    moe_layers = sorted({op.layer for op in graph if op.op == "experts_gate_up"})
-    # what the experts of each MoE layer receive, one layer's routing at a time (a large step routes ~1M tokens)
+def _moe_loads(graph: list[LogicalOp], spec: ModelSpec, plan: Plan, n_tok: int) -> tuple[dict, dict]:
+    """What the experts of each MoE layer receive, one layer's routing at a time (a large step routes ~1M tokens):
+    per layer the expert-parallel layout (_ep_layout) under ep > 1, else the tensor-parallel load."""
     ep_info, tp_moe = {}, {}
-    for L in moe_layers:
+    for L in sorted({op.layer for op in graph if op.op == "experts_gate_up"}):
         if plan.ep > 1:
-            ep_info[L] = _ep_layout(spec, plan, _routed(spec, L, dp * n_tok, plan.seed), n_tok)
+            ep_info[L] = _ep_layout(spec, plan, _routed(spec, L, plan.dp * n_tok, plan.seed), n_tok)
         else:
             rt = _routed(spec, L, n_tok, plan.seed)
             tp_moe[L] = dict(pairs=rt.size, active=len(np.unique(rt)), ep=1)
-    moe_set = set(moe_layers)
-    shape_cache: dict = {}
+    return ep_info, tp_moe
 
-    kernel_count = [0]   # kernels launched per step on rank 0 (split-K reduces and split-KV combines included)
-    eager = plan.runtime == "eager"
-    launch = plan.launch or ("eager" if eager else None)
 
-    def _key(op, t_shard, b, moe):
+def _trace_meta(meta: dict, plan: Plan, chip: ChipProfile, lw: "_Lowering") -> dict:
+    """The trace's metadata: the caller's, with the plan's."""
+    meta = dict(meta)
+    plan_meta = dict(tp=plan.tp, ep=plan.ep, dp=plan.dp, n_ranks=plan.n_ranks, weight_dtype=plan.weight_dtype,
+                     dispatch_dtype=plan.dispatch_dtype, routing_seed=plan.seed, batch_per_replica=plan.b_local)
+    if plan.prefill_tokens:        # a decode step's metadata stays as it always was
+        plan_meta.update(prefill_tokens=plan.prefill_tokens, prefill_context=plan.prefill_context,
+                         prefill_kv_tokens=plan.prefill_kv_tokens, prefill_seqs=plan.prefill_seqs)
+    if plan.cost_model != "roofline" or lw.eager:   # the default model leaves the metadata as it always was
+        plan_meta.update(cost_model=plan.cost_model,
+                         launch=lw.launch or getattr(chip.kernels, "launch_mode", None),
+                         runtime=plan.runtime, kernels_per_step=int(lw.kernel_count))
+    meta.update(plan=plan_meta,
+                batch=plan.batch, context=plan.context, chip=chip.name)
+    return meta
+
+
+class _Lowering:
+    """One lower() call: the plan's groups and MoE loads, the kernel costs (cached by shape) and the per-rank
+    tables."""
+
+    def __init__(self, graph: list[LogicalOp], spec: ModelSpec, plan: Plan, chip: ChipProfile):
+        self.graph, self.spec, self.plan, self.chip = graph, spec, plan, chip
+        n, tp, dp = plan.n_ranks, plan.tp, plan.dp
+        self.wbytes = DTYPE_BYTES[plan.weight_dtype]
+        n_tok = plan.b_local + plan.prefill_tokens      # tokens each attention group routes through every MoE layer
+        self.groups = [list(range(n))]
+        if dp > 1:
+            self.groups += [list(range(d * tp, (d + 1) * tp)) for d in range(dp)]
+        self.ep_info, self.tp_moe = _moe_loads(graph, spec, plan, n_tok)
+        self.moe_set = set(self.ep_info) | set(self.tp_moe)
+        self.shape_cache: dict = {}
+        self.kernel_count = 0   # kernels launched per step on rank 0 (split-K reduces and split-KV combines included)
+        self.eager = plan.runtime == "eager"
+        self.launch = plan.launch or ("eager" if self.eager else None)
+        self.experts: list[tuple] = []     # build(0)'s expert kernels: (row, op, t_shard, b, dtype), for rank_table
+
+    def tp_group(self, r: int) -> int:
+        return 0 if self.plan.dp == 1 else 1 + r // self.plan.tp
+
+    # ---- kernel costs, cached by shape
+
+    def _key(self, op, t_shard, b, moe):
         # eager template kernels are named for their logical op; a recorded aten op's for the aten op in its dims
-        return (op.op, op.name if eager and op.op != "aten" else "", op.style, tuple(sorted(op.dims.items())),
+        return (op.op, op.name if self.eager and op.op != "aten" else "", op.style, tuple(sorted(op.dims.items())),
                 t_shard, b, None if moe is None else tuple(sorted(moe.items())))
 
-    def duration(op, t_shard, b, flops, nbytes, dtype, moe, count) -> float:
+    def duration(self, op, t_shard, b, flops, nbytes, dtype, moe, count) -> float:
+        plan, chip = self.plan, self.chip
         if plan.cost_model == "roofline":
-            kernel_count[0] += count
+            self.kernel_count += count
             return chip.kernel_time_ns(flops, nbytes, dtype)
-        key = _key(op, t_shard, b, moe)
-        if key not in shape_cache:
-            shape_cache[key] = op_time(chip, plan, op, t_shard, b, flops, nbytes, dtype, moe, launch)
-        kernel_count[0] += count * shape_cache[key]["kernels"]
-        return shape_cache[key]["time_ns"]
+        key = self._key(op, t_shard, b, moe)
+        if key not in self.shape_cache:
+            self.shape_cache[key] = op_time(chip, plan, op, t_shard, b, flops, nbytes, dtype, moe, self.launch)
+        self.kernel_count += count * self.shape_cache[key]["kernels"]
+        return self.shape_cache[key]["time_ns"]
 
-    def eager_rows(op, t_shard, b, moe, count) -> list[dict]:
-        key = ("eager",) + _key(op, t_shard, b, moe)
-        if key not in shape_cache:
-            shape_cache[key] = cost_kernels(chip, eager_kernels(chip, spec, op, t_shard, b, plan.weight_dtype, moe,
-                                                                plan.context + 1), launch)
-        kernel_count[0] += count * len(shape_cache[key])
-        return shape_cache[key]
+    def eager_rows(self, op, t_shard, b, moe, count) -> list[dict]:
+        plan = self.plan
+        key = ("eager",) + self._key(op, t_shard, b, moe)
+        if key not in self.shape_cache:
+            self.shape_cache[key] = cost_kernels(self.chip, eager_kernels(self.chip, self.spec, op, t_shard, b,
+                                                                          plan.weight_dtype, moe, plan.context + 1),
+                                                 self.launch)
+        self.kernel_count += count * len(self.shape_cache[key])
+        return self.shape_cache[key]
 
-    experts: list[tuple] = []     # build(0)'s expert kernels: (row, op, t_shard, b, dtype), for rank_table
+    # ---- a rank's table
 
-    def build(r: int) -> OpTable:
+    def _op_shape(self, op, r: int):
+        """How op runs on rank r: (expert-parallel, its tokens, its tp shard count, its experts' load or None)."""
+        plan = self.plan
+        in_moe = op.layer in self.moe_set and op.name.startswith(("moe_", "experts_", "shared_"))
+        ep_mode = plan.ep > 1 and in_moe
+        b = self.ep_info[op.layer]["slots"] if ep_mode else op_tokens(plan, op)
+        t_shard = 1 if (ep_mode and op.style in ("colwise", "rowwise")) else plan.tp
+        moe = None
+        if op.op.startswith("experts_"):
+            if plan.ep > 1:
+                info = self.ep_info[op.layer]
+                moe = dict(pairs=int(info["pairs"][r]), active=int(info["active"][r]), ep=plan.ep)
+            else:
+                moe = self.tp_moe[op.layer]
+        return ep_mode, b, t_shard, moe
+
+    def build(self, r: int) -> OpTable:
+        plan, eager = self.plan, self.eager
         count = int(r == 0)
         bld = _Builder()
         chain: list[tuple[int, float]] = []    # eager runtime: (row, the kernel's own GPU time) in issue order
         out: dict[tuple[int, str], int] = {}
         prev = None
-        g_tp = tp_group(r)
-        for op in graph:
-            in_moe = op.layer in moe_set and op.name.startswith(("moe_", "experts_", "shared_"))
-            ep_mode = plan.ep > 1 and in_moe
-            b = ep_info[op.layer]["slots"] if ep_mode else op_tokens(plan, op)
-            t_shard = 1 if (ep_mode and op.style in ("colwise", "rowwise")) else tp
-            moe = None
-            if op.op.startswith("experts_"):
-                if plan.ep > 1:
-                    info = ep_info[op.layer]
-                    moe = dict(pairs=int(info["pairs"][r]), active=int(info["active"][r]), ep=plan.ep)
-                else:
-                    moe = tp_moe[op.layer]
+        g_tp = self.tp_group(r)
+        for op in self.graph:
+            ep_mode, b, t_shard, moe = self._op_shape(op, r)
             if eager:
                 flops = nbytes = dtype = None
             else:
-                flops, nbytes = kernel_cost(op, t_shard, b, wbytes, moe)
+                flops, nbytes = kernel_cost(op, t_shard, b, self.wbytes, moe)
                 dtype = COMPUTE_DTYPE[plan.weight_dtype] if op.op in (
                     "linear", "qkv_linear", "router", "experts_gate_up", "experts_down", "mla_absorb_k",
                     "mla_absorb_v", "mla_kv_up") else "bf16"
             deps = [prev] if (op.after is None or eager) else [out.get((op.layer, a)) for a in op.after]
             stream = 0 if eager else op.stream          # an eager framework issues every kernel on one stream
             if ep_mode and op.name == "experts_gate_up":
-                info = ep_info[op.layer]
+                info = self.ep_info[op.layer]
                 deps = [bld.add(deps, name="moe_dispatch", kind=KIND_COLLECTIVE, stream=stream,
                                 coll_kind=COLL_ALLTOALL, coll_bytes=info["dispatch_bytes"], group=0,
                                 layer=op.layer, module=op.module)]
             if eager:
                 idx = deps[0]
-                for k in eager_rows(op, t_shard, b, moe, count):
+                for k in self.eager_rows(op, t_shard, b, moe, count):
                     k = dict(k)
                     chain.append((len(bld.rows), k.pop("gpu_ns")))
                     idx = bld.add([idx], kind=KIND_COMPUTE, stream=0, layer=op.layer, module=op.module, **k)
             else:
                 idx = bld.add(deps, name=op.name, kind=KIND_COMPUTE, stream=op.stream,
-                              duration_ns=duration(op, t_shard, b, flops, nbytes, dtype, moe, count), flops=flops,
-                              bytes=float(nbytes),
+                              duration_ns=self.duration(op, t_shard, b, flops, nbytes, dtype, moe, count),
+                              flops=flops, bytes=float(nbytes),
                               layer=op.layer, module=op.module)
                 if r == 0 and moe is not None and plan.ep > 1:
-                    experts.append((idx, op, t_shard, b, dtype))
-            if ep_mode and op.name == "experts_down":
-                info = ep_info[op.layer]
-                idx = bld.add([idx], name="moe_combine_a2a", kind=KIND_COLLECTIVE, stream=stream,
-                              coll_kind=COLL_ALLTOALL, coll_bytes=info["combine_bytes"], group=0,
-                              layer=op.layer, module=op.module)
-            if op.reduce_after and ep_mode:
-                if tp > 1:
-                    idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=stream,
-                                  coll_kind=COLL_ALLGATHER, coll_bytes=b * spec.hidden * ACT, group=g_tp,
-                                  layer=op.layer, module=op.module)
-            elif op.reduce_after and tp > 1:
-                idx = bld.add([idx], name=f"{op.name}.allreduce", kind=KIND_COLLECTIVE, stream=stream,
-                              coll_kind=COLL_ALLREDUCE, coll_bytes=b * spec.hidden * ACT, group=g_tp,
-                              layer=op.layer, module=op.module)
-            if op.gather_after and tp > 1:
-                idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=stream,
-                              coll_kind=COLL_ALLGATHER, coll_bytes=b * (_shard(op.dims["out"], tp) if "out" in op.dims
-                                                                else op.dims["vocab_local"]) * ACT,
-                              group=g_tp, layer=op.layer, module=op.module)
+                    self.experts.append((idx, op, t_shard, b, dtype))
+            idx = self._collectives_after(bld, op, idx, ep_mode, b, stream, g_tp)
             out[(op.layer, op.name)] = idx
             prev = idx
-        if eager and launch == "eager":        # the host runs ahead of the GPU (fabric.capture.runtime)
-            eff = host_timeline([g for _, g in chain], chip.kernels.launch_ns["eager"])
+        if eager and self.launch == "eager":        # the host runs ahead of the GPU (fabric.capture.runtime)
+            eff = host_timeline([g for _, g in chain], self.chip.kernels.launch_ns["eager"])
             for (i, _), d in zip(chain, eff):
                 bld.rows[i]["duration_ns"] = d
         return bld.table()
 
-    def rank_table(base: OpTable, r: int) -> OpTable:
+    def _collectives_after(self, bld: _Builder, op, idx: int, ep_mode: bool, b: int, stream: int, g_tp: int) -> int:
+        """The collectives that follow op's kernels (the EP combine, the tp all-reduce or all-gather); returns the
+        row the next op depends on."""
+        tp, hidden = self.plan.tp, self.spec.hidden
+        if ep_mode and op.name == "experts_down":
+            info = self.ep_info[op.layer]
+            idx = bld.add([idx], name="moe_combine_a2a", kind=KIND_COLLECTIVE, stream=stream,
+                          coll_kind=COLL_ALLTOALL, coll_bytes=info["combine_bytes"], group=0,
+                          layer=op.layer, module=op.module)
+        if op.reduce_after and ep_mode:
+            if tp > 1:
+                idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=stream,
+                              coll_kind=COLL_ALLGATHER, coll_bytes=b * hidden * ACT, group=g_tp,
+                              layer=op.layer, module=op.module)
+        elif op.reduce_after and tp > 1:
+            idx = bld.add([idx], name=f"{op.name}.allreduce", kind=KIND_COLLECTIVE, stream=stream,
+                          coll_kind=COLL_ALLREDUCE, coll_bytes=b * hidden * ACT, group=g_tp,
+                          layer=op.layer, module=op.module)
+        if op.gather_after and tp > 1:
+            idx = bld.add([idx], name=f"{op.name}.allgather", kind=KIND_COLLECTIVE, stream=stream,
+                          coll_kind=COLL_ALLGATHER, coll_bytes=b * (_shard(op.dims["out"], tp) if "out" in op.dims
+                                                            else op.dims["vocab_local"]) * ACT,
+                          group=g_tp, layer=op.layer, module=op.module)
+        return idx
+
+    def rank_table(self, base: OpTable, r: int) -> OpTable:
         """Rank r's table from rank 0's (fused runtime): the same ops and dependencies, but its own experts'
         costs (the tokens routed to it) and its own tp group, which is all build(r) would change (the tests
         compare the two on every built-in MoE model). The columns they share are shared, read-only."""
+        plan = self.plan
         cols = base.columns()
         for a in cols.values():
             a.flags.writeable = False
         dur, flops, nbytes = cols["duration_ns"].copy(), cols["flops"].copy(), cols["bytes"].copy()
-        for row, op, t_shard, b, dtype in experts:
-            info = ep_info[op.layer]
+        for row, op, t_shard, b, dtype in self.experts:
+            info = self.ep_info[op.layer]
             moe = dict(pairs=int(info["pairs"][r]), active=int(info["active"][r]), ep=plan.ep)
-            f, nb = kernel_cost(op, t_shard, b, wbytes, moe)
-            dur[row], flops[row], nbytes[row] = duration(op, t_shard, b, f, nb, dtype, moe, 0), f, float(nb)
+            f, nb = kernel_cost(op, t_shard, b, self.wbytes, moe)
+            dur[row], flops[row], nbytes[row] = self.duration(op, t_shard, b, f, nb, dtype, moe, 0), f, float(nb)
         group = cols["group"]
-        if dp > 1:            # rank 0's tp collectives name group tp_group(0); EP all-to-alls the world (0)
-            group = np.where(group == tp_group(0), tp_group(r), group).astype(group.dtype)
+        if plan.dp > 1:       # rank 0's tp collectives name group tp_group(0); EP all-to-alls the world (0)
+            group = np.where(group == self.tp_group(0), self.tp_group(r), group).astype(group.dtype)
         return OpTable(**dict(cols, duration_ns=dur, flops=flops, bytes=nbytes, group=group))
-
-    if plan.ep == 1:
-        t = build(0)
-        ops = [t] * n
-    elif eager or each_rank_built:    # an eager step's host timeline runs over every kernel's own time
-        ops = [build(r) for r in range(n)]
-    else:
-        base = build(0)
-        ops = [base] + [rank_table(base, r) for r in range(1, n)]
-    meta = dict(meta)
-    plan_meta = dict(tp=plan.tp, ep=plan.ep, dp=dp, n_ranks=n, weight_dtype=plan.weight_dtype,
-                     dispatch_dtype=plan.dispatch_dtype, routing_seed=plan.seed, batch_per_replica=b_local)
-    if plan.prefill_tokens:        # a decode step's metadata stays as it always was
-        plan_meta.update(prefill_tokens=plan.prefill_tokens, prefill_context=plan.prefill_context,
-                         prefill_kv_tokens=plan.prefill_kv_tokens, prefill_seqs=plan.prefill_seqs)
-    if plan.cost_model != "roofline" or eager:   # the default model leaves the metadata as it always was
-        plan_meta.update(cost_model=plan.cost_model,
-                         launch=launch or getattr(chip.kernels, "launch_mode", None),
-                         runtime=plan.runtime, kernels_per_step=int(kernel_count[0]))
-    meta.update(plan=plan_meta,
-                batch=plan.batch, context=plan.context, chip=chip.name)
-    return Trace(meta=meta, n_ranks=n, groups=groups, ops=ops)
 
 
 def _ep_layout(spec: ModelSpec, plan: Plan, routing: np.ndarray, tokens: int) -> dict:

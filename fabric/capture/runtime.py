@@ -44,7 +44,6 @@ from fabric.capture.kernels import (ACT, COMPUTE_DTYPE, WEIGHT_BYTES, _elementwi
 from fabric.errors import ConfigError
 
 RUNTIMES = ("fused", "eager")
-RMSNORM_KERNELS = ("to_fp32", "pow", "mean", "add_eps", "rsqrt", "mul", "to_bf16", "mul_weight")
 
 
 def check_runtime(runtime: str) -> None:
@@ -100,142 +99,195 @@ def eager_kernels(chip, spec, op, t_shard: int, b: int, wdtype: str, moe: dict |
     each costed with fabric.capture.kernels._finish. An empty list: the op launches no kernel of its own in eager
     mode (e.g. MLA's W_UV absorb: the modeling code gets v from the expanded kv_b GEMM)."""
     T = _T(chip, wdtype)
-    d = op.dims
-    sh = lambda n: -(-n // t_shard)  # noqa: E731
-    o, nm = op.op, op.name
-    if o == "norm":
-        n = d["n"] if op.style == "replicated" else sh(d["n"])
-        if d["add"]:
-            T.ew(f"{nm}.residual_add", b * n * d["width"], 3 * ACT)
-        T.rmsnorm(nm, b * n, d["width"])
-    elif o == "linear":
-        i, out = linear_dims(op.style, d, sh)
-        if nm == "qkv_a_proj" and spec.family == "mla_moe":   # q_a_proj and kv_a_proj_with_mqa
-            T.mat("q_a_proj", 1, b, i, spec.q_lora)
-            T.mat("kv_a_proj", 1, b, i, out - spec.q_lora)
-        elif nm in ("gate_up_proj", "shared_gate_up"):        # gate_proj and up_proj
-            base = "shared_" if nm.startswith("shared") else ""
-            T.mat(f"{base}gate_proj", 1, b, i, out // 2)
-            T.mat(f"{base}up_proj", 1, b, i, out - out // 2)
-        else:
-            T.mat(nm, 1, b, i, out)
-            if op.style == "vocab":                           # logits.float()
-                T.ew(f"{nm}.to_fp32", b * out, ACT + 4)
-    elif o == "qkv_linear":
-        q, kv = d["heads"] // t_shard, sh(d["kv_heads"])
-        T.mat("q_proj", 1, b, d["in"], q * d["head_dim"])
-        T.mat("k_proj", 1, b, d["in"], kv * d["head_dim"])
-        T.mat("v_proj", 1, b, d["in"], kv * d["head_dim"])
-    elif o in ("act", "experts_act"):
-        if o == "experts_act":
-            return []                                        # inside the per-expert loop of experts_gate_up
-        w = d["width"] if op.style == "replicated" else sh(d["width"])
-        T.ew(f"{nm}.silu", b * w, 2 * ACT, 4.0)
-        T.ew(f"{nm}.mul", b * w, 3 * ACT)
-    elif o == "rope_mla":
-        hl = d["heads"] // t_shard
-        T.rope("q_pe", b * hl * d["rope"])
-        T.rope("k_pe", b * d["rope"])
-        T.ew("query_cat", b * hl * (spec.nope + d["rope"]), 2 * ACT, 0.0)
-        T.ew("cache_cat_latent", b * ctx * d["kv_lora"], 2 * ACT, 0.0)
-        T.ew("cache_cat_rope", b * ctx * d["rope"], 2 * ACT, 0.0)
-    elif o == "rope_gqa":
-        hl, kv, hd = d["heads"] // t_shard, sh(d["kv_heads"]), d["head_dim"]
-        T.rope("q", b * hl * hd)
-        T.rope("k", b * kv * hd)
-        T.ew("cache_cat_k", b * ctx * kv * hd, 2 * ACT, 0.0)
-        T.ew("cache_cat_v", b * ctx * kv * hd, 2 * ACT, 0.0)
-    elif o == "mla_absorb_k":     # the modeling code expands kv_b over the whole cache instead of absorbing
-        hl = d["heads"] // t_shard
-        T.mat("kv_b_proj", 1, b * ctx, d["kv_lora"], hl * (d["nope"] + spec.v_dim))
-        T.ew("key_copy_nope", b * hl * ctx * d["nope"], 2 * ACT, 0.0)
-        T.ew("key_copy_pe", b * hl * ctx * spec.rope, 2 * ACT, 0.0)
-    elif o == "mla_absorb_v":
+    if op.op in _NO_KERNEL:
         return []
-    elif o == "mla_attention":
-        hl, dk, dv = d["heads"] // t_shard, spec.nope + d["rope"], spec.v_dim
-        T.out.append(("sdpa", attention_parts(chip, T.kp, b, hl, 1, d["ctx"], (dk + dv) * ACT, dk, dv,
-                                              fused_combine=True, max_split=1)))
-    elif o == "gqa_attention":
-        hl, kv, hd = d["heads"] // t_shard, sh(d["kv_heads"]), d["head_dim"]
-        T.out.append(("sdpa", attention_parts(chip, T.kp, b, kv, max(1, hl // kv), d["ctx"], 2 * hd * ACT, hd, hd,
-                                              fused_combine=False)))
-    elif o == "embedding":
-        w = d["hidden"]
-        for k in ("mask_lt", "mask_ge", "mask_or", "shift"):
-            T.ew(f"embed.{k}", b, 8 + 8)
-        T.rows("embed.embedding", b, 2 * b * w * ACT + b * 8)
-        T.ew("embed.masked_fill", b * w, 2 * ACT + 1)
-        rd = max(1, (spec.rope or spec.head_dim))
-        for k in ("inv_freq_mul", "cat", "cos", "sin", "mul_cos", "mul_sin", "to_cos", "to_sin"):
-            T.ew(f"rotary.{k}", b * rd, 8)
-    elif o == "router":
-        E, h = d["experts"], d["in"]
-        if spec.family == "mla_moe":           # DeepseekV3TopkRouter: F.linear(x.float(), weight.float())
-            T.ew("gate.x_to_fp32", b * h, ACT + 4)
-            T.ew("gate.w_to_fp32", h * E, ACT + 4)
-            T.mat("gate", 1, b, h, E, wdtype="fp32")
-        else:
-            T.mat("gate", 1, b, h, E)
-    elif o == "topk":
-        E, k = d["experts"], d["topk"]
-        G, kg = max(1, d["n_group"]), max(1, d["topk_group"])
-        if spec.family == "mla_moe":
-            T.ew("sigmoid", b * E, 8, 4.0)
-            T.ew("add_bias", b * E, 12)
-            if G > 1:
-                T.rows("group_topk", b * G, b * E * 4 + b * G * 2 * 12, b * E)
-                T.ew("group_sum", b * G, 16)
-                T.rows("topk_groups", b, b * G * 4 + b * kg * 12, b * G)
-                T.ew("zeros_like", b * G, 4)
-                T.ew("scatter_", b * kg, 16)
-                T.ew("mask_expand_copy", b * E, 8)
-                T.ew("to_bool", b * E, 5)
-                T.ew("bitwise_not", b * E, 2)
-                T.ew("masked_fill", b * E, 9)
-            T.rows("topk", b, b * E * 4 + b * k * 12, b * E * max(1.0, math.log2(E)))
-            T.ew("gather", b * k, 16)
-            T.ew("sum", b, b * k * 4 + 4)
-            T.ew("add_eps", b, 8)
-            T.ew("div_", b * k, 12)
-            T.ew("mul_scale", b * k, 8)
-        else:                                   # softmax router (Qwen-MoE, Mixtral)
-            T.rows("softmax", b, b * E * (ACT + 4), 5.0 * b * E)
-            T.rows("topk", b, b * E * 4 + b * k * 12, b * E * max(1.0, math.log2(E)))
-            T.ew("sum", b, b * k * 4 + 4)
-            T.ew("div", b * k, 12)
-            T.ew("to_bf16", b * k, 4 + ACT)
-    elif o == "experts_gate_up":
-        pairs, active, ep = moe["pairs"], moe["active"], moe["ep"]
-        inter = d["inter"] if ep > 1 else sh(d["inter"])
-        h, E = d["hidden"], d["experts"]
-        tok = max(1, -(-pairs // max(1, d["topk"])))
-        T.ew("experts.zeros_like", tok * h, ACT)
-        T.ew("experts.one_hot", pairs * E, 8)
-        T.rows("experts.hit_sum", E, pairs * E * 8 + E * 8)
-        T.ew("experts.gt", E, 9)
-        T.rows("experts.nonzero", 1, E + E * 8)
-        rows_e = max(1, -(-pairs // max(1, active)))
-        for e in range(active):
-            T.ew(f"expert{e}.where", pairs, 16)
-            T.ew(f"expert{e}.index", rows_e * h, 2 * ACT)
-            T.mat(f"expert{e}.gate_up", 1, rows_e, h, 2 * inter)
-            T.ew(f"expert{e}.silu", rows_e * inter, 2 * ACT, 4.0)
-            T.ew(f"expert{e}.mul", rows_e * inter, 3 * ACT)
-            T.mat(f"expert{e}.down", 1, rows_e, inter, h)
-            T.ew(f"expert{e}.index_weights", rows_e, 8)
-            T.ew(f"expert{e}.mul_weights", rows_e * h, 2 * ACT + 4)
-            T.ew(f"expert{e}.index_add_", rows_e * h, 3 * ACT)
-    elif o == "experts_down":
-        return []
-    elif o == "aten":
-        aten_parts(T, d)
-    elif o == "moe_combine":
-        if d["shared"]:
-            T.ew("moe.add_shared", b * d["hidden"], 3 * ACT)
-    else:
-        raise ConfigError(f"the eager runtime has no template for logical op type {o!r} ({nm})")
+    family = _EAGER.get(op.op)
+    if family is None:
+        raise ConfigError(f"the eager runtime has no template for logical op type {op.op!r} ({op.name})")
+    family(T, spec, op, t_shard, b, moe, ctx)
     return T.out
+
+
+# One template per family of logical ops (the module docstring's table); each appends the op's kernels to T.
+# Arguments: T, the model spec, the op, the tp shard count, the rank's tokens, the MoE load (experts only), context.
+
+def _sh(n: int, t_shard: int) -> int:
+    return -(-n // t_shard)
+
+
+def _norm(T, spec, op, t_shard, b, moe, ctx):
+    d = op.dims
+    n = d["n"] if op.style == "replicated" else _sh(d["n"], t_shard)
+    if d["add"]:
+        T.ew(f"{op.name}.residual_add", b * n * d["width"], 3 * ACT)
+    T.rmsnorm(op.name, b * n, d["width"])
+
+
+def _linear(T, spec, op, t_shard, b, moe, ctx):
+    nm = op.name
+    i, out = linear_dims(op.style, op.dims, lambda n: _sh(n, t_shard))
+    if nm == "qkv_a_proj" and spec.family == "mla_moe":   # q_a_proj and kv_a_proj_with_mqa
+        T.mat("q_a_proj", 1, b, i, spec.q_lora)
+        T.mat("kv_a_proj", 1, b, i, out - spec.q_lora)
+    elif nm in ("gate_up_proj", "shared_gate_up"):        # gate_proj and up_proj
+        base = "shared_" if nm.startswith("shared") else ""
+        T.mat(f"{base}gate_proj", 1, b, i, out // 2)
+        T.mat(f"{base}up_proj", 1, b, i, out - out // 2)
+    else:
+        T.mat(nm, 1, b, i, out)
+        if op.style == "vocab":                           # logits.float()
+            T.ew(f"{nm}.to_fp32", b * out, ACT + 4)
+
+
+def _qkv_linear(T, spec, op, t_shard, b, moe, ctx):
+    d = op.dims
+    q, kv = d["heads"] // t_shard, _sh(d["kv_heads"], t_shard)
+    T.mat("q_proj", 1, b, d["in"], q * d["head_dim"])
+    T.mat("k_proj", 1, b, d["in"], kv * d["head_dim"])
+    T.mat("v_proj", 1, b, d["in"], kv * d["head_dim"])
+
+
+def _act(T, spec, op, t_shard, b, moe, ctx):
+    d = op.dims
+    w = d["width"] if op.style == "replicated" else _sh(d["width"], t_shard)
+    T.ew(f"{op.name}.silu", b * w, 2 * ACT, 4.0)
+    T.ew(f"{op.name}.mul", b * w, 3 * ACT)
+
+
+def _rope_mla(T, spec, op, t_shard, b, moe, ctx):
+    d = op.dims
+    hl = d["heads"] // t_shard
+    T.rope("q_pe", b * hl * d["rope"])
+    T.rope("k_pe", b * d["rope"])
+    T.ew("query_cat", b * hl * (spec.nope + d["rope"]), 2 * ACT, 0.0)
+    T.ew("cache_cat_latent", b * ctx * d["kv_lora"], 2 * ACT, 0.0)
+    T.ew("cache_cat_rope", b * ctx * d["rope"], 2 * ACT, 0.0)
+
+
+def _rope_gqa(T, spec, op, t_shard, b, moe, ctx):
+    d = op.dims
+    hl, kv, hd = d["heads"] // t_shard, _sh(d["kv_heads"], t_shard), d["head_dim"]
+    T.rope("q", b * hl * hd)
+    T.rope("k", b * kv * hd)
+    T.ew("cache_cat_k", b * ctx * kv * hd, 2 * ACT, 0.0)
+    T.ew("cache_cat_v", b * ctx * kv * hd, 2 * ACT, 0.0)
+
+
+def _mla_absorb_k(T, spec, op, t_shard, b, moe, ctx):
+    """The modeling code expands kv_b over the whole cache instead of absorbing."""
+    d = op.dims
+    hl = d["heads"] // t_shard
+    T.mat("kv_b_proj", 1, b * ctx, d["kv_lora"], hl * (d["nope"] + spec.v_dim))
+    T.ew("key_copy_nope", b * hl * ctx * d["nope"], 2 * ACT, 0.0)
+    T.ew("key_copy_pe", b * hl * ctx * spec.rope, 2 * ACT, 0.0)
+
+
+def _mla_attention(T, spec, op, t_shard, b, moe, ctx):
+    d = op.dims
+    hl, dk, dv = d["heads"] // t_shard, spec.nope + d["rope"], spec.v_dim
+    T.out.append(("sdpa", attention_parts(T.chip, T.kp, b, hl, 1, d["ctx"], (dk + dv) * ACT, dk, dv,
+                                          fused_combine=True, max_split=1)))
+
+
+def _gqa_attention(T, spec, op, t_shard, b, moe, ctx):
+    d = op.dims
+    hl, kv, hd = d["heads"] // t_shard, _sh(d["kv_heads"], t_shard), d["head_dim"]
+    T.out.append(("sdpa", attention_parts(T.chip, T.kp, b, kv, max(1, hl // kv), d["ctx"], 2 * hd * ACT, hd, hd,
+                                          fused_combine=False)))
+
+
+def _embedding(T, spec, op, t_shard, b, moe, ctx):
+    w = op.dims["hidden"]
+    for k in ("mask_lt", "mask_ge", "mask_or", "shift"):
+        T.ew(f"embed.{k}", b, 8 + 8)
+    T.rows("embed.embedding", b, 2 * b * w * ACT + b * 8)
+    T.ew("embed.masked_fill", b * w, 2 * ACT + 1)
+    rd = max(1, (spec.rope or spec.head_dim))
+    for k in ("inv_freq_mul", "cat", "cos", "sin", "mul_cos", "mul_sin", "to_cos", "to_sin"):
+        T.ew(f"rotary.{k}", b * rd, 8)
+
+
+def _router(T, spec, op, t_shard, b, moe, ctx):
+    E, h = op.dims["experts"], op.dims["in"]
+    if spec.family == "mla_moe":           # DeepseekV3TopkRouter: F.linear(x.float(), weight.float())
+        T.ew("gate.x_to_fp32", b * h, ACT + 4)
+        T.ew("gate.w_to_fp32", h * E, ACT + 4)
+        T.mat("gate", 1, b, h, E, wdtype="fp32")
+    else:
+        T.mat("gate", 1, b, h, E)
+
+
+def _topk(T, spec, op, t_shard, b, moe, ctx):
+    d = op.dims
+    E, k = d["experts"], d["topk"]
+    G, kg = max(1, d["n_group"]), max(1, d["topk_group"])
+    if spec.family == "mla_moe":
+        T.ew("sigmoid", b * E, 8, 4.0)
+        T.ew("add_bias", b * E, 12)
+        if G > 1:
+            T.rows("group_topk", b * G, b * E * 4 + b * G * 2 * 12, b * E)
+            T.ew("group_sum", b * G, 16)
+            T.rows("topk_groups", b, b * G * 4 + b * kg * 12, b * G)
+            T.ew("zeros_like", b * G, 4)
+            T.ew("scatter_", b * kg, 16)
+            T.ew("mask_expand_copy", b * E, 8)
+            T.ew("to_bool", b * E, 5)
+            T.ew("bitwise_not", b * E, 2)
+            T.ew("masked_fill", b * E, 9)
+        T.rows("topk", b, b * E * 4 + b * k * 12, b * E * max(1.0, math.log2(E)))
+        T.ew("gather", b * k, 16)
+        T.ew("sum", b, b * k * 4 + 4)
+        T.ew("add_eps", b, 8)
+        T.ew("div_", b * k, 12)
+        T.ew("mul_scale", b * k, 8)
+    else:                                   # softmax router (Qwen-MoE, Mixtral)
+        T.rows("softmax", b, b * E * (ACT + 4), 5.0 * b * E)
+        T.rows("topk", b, b * E * 4 + b * k * 12, b * E * max(1.0, math.log2(E)))
+        T.ew("sum", b, b * k * 4 + 4)
+        T.ew("div", b * k, 12)
+        T.ew("to_bf16", b * k, 4 + ACT)
+
+
+def _experts(T, spec, op, t_shard, b, moe, ctx):
+    """The whole MoE block's expert loop (experts_act and experts_down launch nothing of their own)."""
+    d = op.dims
+    pairs, active, ep = moe["pairs"], moe["active"], moe["ep"]
+    inter = d["inter"] if ep > 1 else _sh(d["inter"], t_shard)
+    h, E = d["hidden"], d["experts"]
+    tok = max(1, -(-pairs // max(1, d["topk"])))
+    T.ew("experts.zeros_like", tok * h, ACT)
+    T.ew("experts.one_hot", pairs * E, 8)
+    T.rows("experts.hit_sum", E, pairs * E * 8 + E * 8)
+    T.ew("experts.gt", E, 9)
+    T.rows("experts.nonzero", 1, E + E * 8)
+    rows_e = max(1, -(-pairs // max(1, active)))
+    for e in range(active):
+        T.ew(f"expert{e}.where", pairs, 16)
+        T.ew(f"expert{e}.index", rows_e * h, 2 * ACT)
+        T.mat(f"expert{e}.gate_up", 1, rows_e, h, 2 * inter)
+        T.ew(f"expert{e}.silu", rows_e * inter, 2 * ACT, 4.0)
+        T.ew(f"expert{e}.mul", rows_e * inter, 3 * ACT)
+        T.mat(f"expert{e}.down", 1, rows_e, inter, h)
+        T.ew(f"expert{e}.index_weights", rows_e, 8)
+        T.ew(f"expert{e}.mul_weights", rows_e * h, 2 * ACT + 4)
+        T.ew(f"expert{e}.index_add_", rows_e * h, 3 * ACT)
+
+
+def _aten(T, spec, op, t_shard, b, moe, ctx):
+    aten_parts(T, op.dims)
+
+
+def _moe_combine(T, spec, op, t_shard, b, moe, ctx):
+    if op.dims["shared"]:
+        T.ew("moe.add_shared", b * op.dims["hidden"], 3 * ACT)
+
+
+_EAGER = {"norm": _norm, "linear": _linear, "qkv_linear": _qkv_linear, "act": _act, "rope_mla": _rope_mla,
+          "rope_gqa": _rope_gqa, "mla_absorb_k": _mla_absorb_k, "mla_attention": _mla_attention,
+          "gqa_attention": _gqa_attention, "embedding": _embedding, "router": _router, "topk": _topk,
+          "experts_gate_up": _experts, "aten": _aten, "moe_combine": _moe_combine}
+# in the per-expert loop of experts_gate_up, or (W_UV) in the expanded kv_b GEMM of mla_absorb_k
+_NO_KERNEL = ("experts_act", "experts_down", "mla_absorb_v")
 
 
 def _numel(shape) -> int:

@@ -157,12 +157,6 @@ def launch_ns(cc) -> float:
     return base + (run.gpus_per_process - 1) * run.host_launch_ns
 
 
-def check_library(name: str) -> str:
-    if name not in LIBRARIES:
-        raise ConfigError(f"collectives.library={name!r} is not a known library; use one of {', '.join(LIBRARIES)}")
-    return name
-
-
 @dataclass(frozen=True)
 class Choice:
     """What the library runs for one call."""

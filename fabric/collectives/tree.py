@@ -110,7 +110,7 @@ def n_chunks(nbytes: int, protocol: str, channels: int, depth: int) -> int:
 
 def allreduce(fb, ready, nbytes):
     from fabric.collectives import sliced
-    from fabric.collectives.library import inject_gbps, tree_groups, value
+    from fabric.collectives.library import tree_groups, value
     groups = tree_groups(fb.view, fb.n)
     if groups is None:
         return sliced.allreduce(fb, ready, nbytes)
@@ -120,20 +120,28 @@ def allreduce(fb, ready, nbytes):
     depth_fc = int(value("slices_in_flight"))
     par, slot, kids, depth = _structure(groups, C, n)
     K = n_chunks(M, fb.protocol, C, int(depth.max()))
-    L = n * C
-    lrank = np.repeat(np.arange(n), C)
-    lchan = np.tile(np.arange(C), n)
-    ready = np.asarray(ready, np.int64)
-    cb = bounds(M, C)
-    clen = cb[1:] - cb[:-1]
+    t = _Tree(fb, ready, M, C, K, par, slot, kids, depth, depth_fc)
+    final = []                                         # per slice: the task after which each lane holds it
+    for k in range(K):
+        have = t.reduce_up(k)
+        t.broadcast_down(k, have)
+        final.append(have.copy())
+    out = fb.join(np.arange(n))
+    fb.edge(np.stack(final), out[t.lrank][None, :])
+    paced = np.flatnonzero(t.last_pace.ravel() >= 0)   # every copy loop's last pace
+    fb.edge(t.last_pace.ravel()[paced], out[t.lrank[paced // 4]])
+    fb.need(BUF_IN, M)
+    fb.need(BUF_OUT, M)
+    fb.need(BUF_TMP, 3 * M)
+    return out
 
-    def lohi(lanes, k):
-        c = lchan[lanes]
-        return cb[c] + (clen[c] * k) // K, cb[c] + (clen[c] * (k + 1)) // K
 
-    # copy-loop pacing: per (lane, phase, crosses-NIC) one chain; a rank's chains of one kind share its rate
+def _pace_rates(fb, lrank, par, kids, K: int, max_depth: int) -> np.ndarray:
+    """Copy-loop pacing: ps per byte per (rank, crosses NIC). Per (lane, phase, crosses-NIC) one chain; a rank's
+    chains of one kind share its rate."""
+    from fabric.collectives.library import inject_gbps
     chains: dict = {}
-    for lane in range(L):
+    for lane in range(len(lrank)):
         r = int(lrank[lane])
         if par[lane] >= 0:
             chains[lane, 0, fb.crosses(r, int(par[lane]))] = int(par[lane])
@@ -146,97 +154,128 @@ def allreduce(fb, ready, nbytes):
     # a chain is busy for K of the K + depth slice times of its phase (the pipeline's fill and drain): its share of
     # the rank's rate is rate / count scaled by (K + depth) / K, so that a rank's chains of one kind together move
     # their bytes at the rank's rate over the phase (the closed form's perfectly pipelined 2M / Rintra)
-    busy = K / (K + int(depth.max()))
-    rate = np.full((n, 2), np.nan)                     # (rank, crosses NIC) -> ps per byte
+    busy = K / (K + max_depth)
+    rate = np.full((fb.n, 2), np.nan)                  # (rank, crosses NIC) -> ps per byte
     for (lane, ph, net), d in chains.items():
         r = int(lrank[lane])
         if np.isnan(rate[r, int(net)]):
             share = inject_gbps(fb.view, fb.protocol, r, d) / (count[r, net] * busy)
             rate[r, int(net)] = 1000.0 / share
-    tails = np.full((n, n), -1, np.int64)              # (src, dst) -> the tail's ps, asked once per pair
+    return rate
 
-    def tail_ps(src, dst):
+
+class _Tree:
+    """One tree AllReduce being stamped: its lanes (rank * C + channel) and their tree, the copy loops' rates, and
+    the per-sequence state that orders each lane's sends and waits across slices."""
+
+    def __init__(self, fb, ready, M: int, C: int, K: int, par, slot, kids, depth, depth_fc: int):
+        n = fb.n
+        self.fb, self.M, self.C, self.K = fb, M, C, K
+        self.par, self.slot, self.depth, self.depth_fc = par, slot, depth, depth_fc
+        L = n * C
+        self.lrank = np.repeat(np.arange(n), C)
+        self.lchan = np.tile(np.arange(C), n)
+        self.ready = np.asarray(ready, np.int64)
+        self.cb = bounds(M, C)
+        self.clen = self.cb[1:] - self.cb[:-1]
+        self.rate = _pace_rates(fb, self.lrank, par, kids, K, int(depth.max()))
+        self.tails = np.full((n, n), -1, np.int64)     # (src, dst) -> the tail's ps, asked once per pair
+        # per-sequence state as arrays indexed by lane (a call's sends, or waits, are of distinct lanes, so one
+        # vectorised step per call keeps each sequence's order): -1 = none yet
+        self.last_pace = np.full((L, 2, 2), -1, np.int64)      # (lane, phase, crosses NIC) -> the previous pace
+        self.window = np.full((L, 2, max(depth_fc, 1)), -1, np.int64)   # (lane, phase) -> its last depth_fc landed
+        self.n_sent = np.zeros((L, 2), np.int64)                # (lane, phase) -> sends so far
+        self.last_wait = np.full((L, 2, 3), -1, np.int64)      # (lane, phase, slot) -> the previous wait there
+        # the tree as lane arrays: the up sends (lanes with a parent), the down sends (lane, child j) in lane order
+        self.maxd = int(depth.max())
+        self.nk = np.array([len(k) for k in kids])
+        self.up_lanes = np.flatnonzero(par >= 0)
+        self.up_pos = np.full(L, -1, np.int64)
+        self.up_pos[self.up_lanes] = np.arange(len(self.up_lanes))
+        dn_lane = np.array([x for x in range(L) for _ in kids[x]], np.int64)
+        dn_j = np.array([j for x in range(L) for j in range(len(kids[x]))], np.int64)
+        dn_kid = np.array([kids[x][j][0] for x, j in zip(dn_lane, dn_j)], np.int64)
+        self.dn_lane, self.dn_j, self.dn_kid = dn_lane, dn_j, dn_kid
+        self.kid_rank = np.full((L, 3), -1, np.int64)  # (lane, child j) -> the child's rank, and its slot
+        self.kid_slot = np.full((L, 3), -1, np.int64)
+        self.kid_rank[dn_lane, dn_j] = dn_kid
+        self.kid_slot[dn_lane, dn_j] = [kids[x][j][1] for x, j in zip(dn_lane, dn_j)]
+
+    def lohi(self, lanes, k):
+        """The byte range of slice k of each lane's channel share."""
+        c = self.lchan[lanes]
+        return self.cb[c] + (self.clen[c] * k) // self.K, self.cb[c] + (self.clen[c] * (k + 1)) // self.K
+
+    def tail_ps(self, src, dst):
+        tails = self.tails
         new = tails[src, dst] < 0
         for s, d in zip(src[new].tolist(), dst[new].tolist()):
-            t = fb.view.hop_ps(s, d, 1) / 1000.0 + (fb.software_ns(s, d) if fb.crosses(s, d) else 0.0)
+            t = self.fb.view.hop_ps(s, d, 1) / 1000.0 + (self.fb.software_ns(s, d) if self.fb.crosses(s, d) else 0.0)
             tails[s, d] = int(round(t * 1000.0))
         return tails[src, dst]
 
-    # per-sequence state as arrays indexed by lane (a call's sends, or waits, are of distinct lanes, so one
-    # vectorised step per call keeps each sequence's order): -1 = none yet
-    last_pace = np.full((L, 2, 2), -1, np.int64)      # (lane, phase, crosses NIC) -> the previous pace
-    window = np.full((L, 2, max(depth_fc, 1)), -1, np.int64)   # (lane, phase) -> its last depth_fc landed ids
-    n_sent = np.zeros((L, 2), np.int64)                # (lane, phase) -> sends so far
-    last_wait = np.full((L, 2, 3), -1, np.int64)      # (lane, phase, slot) -> the previous wait of that receive
-
-    def make(lanes, dst, nbyte, src_buf, src_off, dst_buf, dst_off):
+    def make(self, lanes, dst, nbyte, src_buf, src_off, dst_buf, dst_off):
         """The stores lane -> dst of one slice and phase, created together in lane order (so that the flows of a
         rank pair are consecutive transfers and spread over the pair's route candidates, i.e. ports, as the
         ring's do), their paces (the copy loop) and tails (the receiver sees the last byte one head latency after
         the copy, plus the network delay through a NIC). Dependencies are added by `wire`."""
-        src = lrank[lanes]
+        fb = self.fb
+        src = self.lrank[lanes]
         issue, seen = fb.xfer(src, dst, nbyte, src_buf, src_off, dst_buf, dst_off)
         landed = fb.landed
         dst = np.asarray(dst, np.int64)
         net = fb.crosses_all(src, dst).astype(np.int64)
         # np.rint rounds half to even, as round() does
-        dur = np.rint(np.asarray(nbyte, np.int64) * rate[src, net]).astype(np.int64)
+        dur = np.rint(np.asarray(nbyte, np.int64) * self.rate[src, net]).astype(np.int64)
         pace = fb._add(COMPUTE, src, stream=-1, dur=dur)
-        tl = fb._add(COMPUTE, dst, stream=-1, dur=tail_ps(src, dst))
+        tl = fb._add(COMPUTE, dst, stream=-1, dur=self.tail_ps(src, dst))
         fb.edge(pace, tl)
         return dict(issue=issue, seen=seen, pace=pace, tail=tl, lanes=np.asarray(lanes), net=net, landed=landed)
 
-    def wire(S, idx, after, phase):
+    def wire(self, S, idx, after, phase):
         """Sends idx of S (distinct lanes) start after `after` (their data), in their lane's copy-loop and window
         sequences."""
+        fb = self.fb
         fb.edge(after, S["issue"][idx])
         fb.edge(after, S["pace"][idx])
         idx = np.atleast_1d(idx)
         lanes, net, pace, issue = S["lanes"][idx], S["net"][idx], S["pace"][idx], S["issue"][idx]
-        prev = last_pace[lanes, phase, net]
+        prev = self.last_pace[lanes, phase, net]
         has = prev >= 0
         fb.edge(prev[has], pace[has])
-        last_pace[lanes, phase, net] = pace
-        cnt = n_sent[lanes, phase]
-        slot = cnt % window.shape[2]
-        full = cnt >= depth_fc
-        fb.edge(window[lanes, phase, slot][full], issue[full])
-        window[lanes, phase, slot] = S["landed"][idx]
-        n_sent[lanes, phase] = cnt + 1
+        self.last_pace[lanes, phase, net] = pace
+        cnt = self.n_sent[lanes, phase]
+        slot = cnt % self.window.shape[2]
+        full = cnt >= self.depth_fc
+        fb.edge(self.window[lanes, phase, slot][full], issue[full])
+        self.window[lanes, phase, slot] = S["landed"][idx]
+        self.n_sent[lanes, phase] = cnt + 1
 
-    def recv(lanes, src, seen, tl, k, phase, slt):
+    def recv(self, lanes, src, seen, tl, k, phase, slt):
         """The wait of each receiving lane for one incoming slice (pays the hop's software on slice 0)."""
-        w = fb.wait(lrank[lanes], src=src, pay=(k == 0))
+        fb = self.fb
+        w = fb.wait(self.lrank[lanes], src=src, pay=(k == 0))
         fb.edge(seen, w)
         fb.edge(tl, w)
         slt = np.asarray(slt)
-        prev = last_wait[lanes, phase, slt]
-        fb.edge(np.where(prev >= 0, prev, ready[lrank[lanes]]), w)
-        last_wait[lanes, phase, slt] = w
+        prev = self.last_wait[lanes, phase, slt]
+        fb.edge(np.where(prev >= 0, prev, self.ready[self.lrank[lanes]]), w)
+        self.last_wait[lanes, phase, slt] = w
         return w
 
-    maxd = int(depth.max())
-    nk = np.array([len(k) for k in kids])
-    up_lanes = np.flatnonzero(par >= 0)
-    up_pos = np.full(L, -1, np.int64)
-    up_pos[up_lanes] = np.arange(len(up_lanes))
-    dn_lane = np.array([x for x in range(L) for _ in kids[x]], np.int64)        # (lane, child j), lane order
-    dn_j = np.array([j for x in range(L) for j in range(len(kids[x]))], np.int64)
-    dn_kid = np.array([kids[x][j][0] for x, j in zip(dn_lane, dn_j)], np.int64)
-    kid_rank = np.full((L, 3), -1, np.int64)          # (lane, child j) -> the child's rank, and its slot
-    kid_slot = np.full((L, 3), -1, np.int64)
-    kid_rank[dn_lane, dn_j] = dn_kid
-    kid_slot[dn_lane, dn_j] = [kids[x][j][1] for x, j in zip(dn_lane, dn_j)]
-    final = []                                         # per slice: the task after which each lane holds it
-    for k in range(K):
-        # ---- reduce up, deepest level first (a leaf sends its IN, an inner rank the sum it reduced into OUT)
-        lo, hi = lohi(up_lanes, k)
-        U = make(up_lanes, par[up_lanes], hi - lo, np.where(nk[up_lanes] > 0, BUF_OUT, BUF_IN), lo, BUF_TMP,
-                 slot[up_lanes] * M + lo)
-        have = np.full(L, -1, np.int64)   # lane -> task after which OUT holds the slice's full sum
-        for d in range(maxd, -1, -1):
+    def reduce_up(self, k):
+        """Slice k's reduce up, deepest level first (a leaf sends its IN, an inner rank the sum it reduced into
+        OUT); returns lane -> the task after which OUT holds the slice's full sum (set on the roots)."""
+        fb, M, C, nk, depth, par = self.fb, self.M, self.C, self.nk, self.depth, self.par
+        lrank, up_lanes, up_pos, kid_rank, kid_slot = self.lrank, self.up_lanes, self.up_pos, self.kid_rank, \
+            self.kid_slot
+        lo, hi = self.lohi(up_lanes, k)
+        U = self.make(up_lanes, par[up_lanes], hi - lo, np.where(nk[up_lanes] > 0, BUF_OUT, BUF_IN), lo, BUF_TMP,
+                      self.slot[up_lanes] * M + lo)
+        have = np.full(len(lrank), -1, np.int64)
+        for d in range(self.maxd, -1, -1):
             sel = np.flatnonzero(depth == d)
-            cur = ready[lrank[sel]].copy()             # when the lane's partial sum is ready
+            cur = self.ready[lrank[sel]].copy()        # when the lane's partial sum is ready
             for m in (1, 2, 3):
                 grp = sel[nk[sel] == m]
                 if not len(grp):
@@ -244,9 +283,9 @@ def allreduce(fb, ready, nbytes):
                 waits = []
                 for j in range(m):
                     kr = kid_rank[grp, j]
-                    q = up_pos[kr * C + lchan[grp]]
-                    waits.append(recv(grp, kr, U["seen"][q], U["tail"][q], k, 0, kid_slot[grp, j]))
-                glo, ghi = lohi(grp, k)
+                    q = up_pos[kr * C + self.lchan[grp]]
+                    waits.append(self.recv(grp, kr, U["seen"][q], U["tail"][q], k, 0, kid_slot[grp, j]))
+                glo, ghi = self.lohi(grp, k)
                 offs = np.stack([glo] + [kid_slot[grp, j] * M + glo for j in range(m)], axis=1)
                 red = fb.reduce(lrank[grp], ghi - glo, BUF_OUT, glo,
                                 np.array([[BUF_IN] + [BUF_TMP] * m], np.int8), offs)
@@ -255,30 +294,26 @@ def allreduce(fb, ready, nbytes):
                 cur[np.searchsorted(sel, grp)] = red
             snd = sel[par[sel] >= 0]
             if len(snd):
-                wire(U, up_pos[snd], cur[np.searchsorted(sel, snd)], 0)
+                self.wire(U, up_pos[snd], cur[np.searchsorted(sel, snd)], 0)
             roots = sel[par[sel] < 0]
             have[roots] = cur[np.searchsorted(sel, roots)]
-        # ---- broadcast down, root first: OUT into every child's OUT
-        lo, hi = lohi(dn_lane, k)
-        D = make(dn_lane, dn_kid, hi - lo, BUF_OUT, lo, BUF_OUT, lo)
-        for d in range(0, maxd):
+        return have
+
+    def broadcast_down(self, k, have):
+        """Slice k's broadcast down, root first: OUT into every child's OUT; sets `have` of every non-root lane to
+        the wait after which it holds the slice."""
+        dn_lane, dn_j, dn_kid, lchan, lrank = self.dn_lane, self.dn_j, self.dn_kid, self.lchan, self.lrank
+        lo, hi = self.lohi(dn_lane, k)
+        D = self.make(dn_lane, dn_kid, hi - lo, BUF_OUT, lo, BUF_OUT, lo)
+        for d in range(0, self.maxd):
             for j in range(3):
-                q = np.flatnonzero((depth[dn_lane] == d) & (dn_j == j))
+                q = np.flatnonzero((self.depth[dn_lane] == d) & (dn_j == j))
                 if not len(q):
                     continue
                 grp = dn_lane[q]
-                wire(D, q, have[grp], 1)
-                kl = dn_kid[q] * C + lchan[grp]
-                have[kl] = recv(kl, lrank[grp], D["seen"][q], D["tail"][q], k, 1, np.zeros(len(kl), np.int64))
-        final.append(have.copy())
-    out = fb.join(np.arange(n))
-    fb.edge(np.stack(final), out[lrank][None, :])
-    paced = np.flatnonzero(last_pace.ravel() >= 0)      # every copy loop's last pace
-    fb.edge(last_pace.ravel()[paced], out[lrank[paced // 4]])
-    fb.need(BUF_IN, M)
-    fb.need(BUF_OUT, M)
-    fb.need(BUF_TMP, 3 * M)
-    return out
+                self.wire(D, q, have[grp], 1)
+                kl = dn_kid[q] * self.C + lchan[grp]
+                have[kl] = self.recv(kl, lrank[grp], D["seen"][q], D["tail"][q], k, 1, np.zeros(len(kl), np.int64))
 
 
 CORES = {"tree": allreduce}

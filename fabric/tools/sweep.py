@@ -92,10 +92,6 @@ class Point:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _as_list(v):
-    return list(v) if isinstance(v, list) else [v]
-
-
 def load_grid(path: str | Path) -> list[Point]:
     """The points of a grid file, in order."""
     path = Path(path)

@@ -9,7 +9,6 @@ from scipy.optimize import least_squares
 import model
 import parse
 
-FIT_TABLES = list(model.SYSTEMS)
 NAMES = list(model.PARAMS)
 # bounds (physical ranges) for each constant
 BOUNDS = dict(L=(1, 40), Lx_a100host=(0, 10), Lx_h200host=(0, 10), L_sym=(0.5, 10), h_LL=(0.1, 3), h_LL128=(0.1, 6), h_S=(0.3, 10),
@@ -92,19 +91,18 @@ def report(tabs, P, verbose=True):
 
 
 def report_rows(tabs, P):
-    if True:
-        for t, rows in tabs.items():
-            s = sys_of(t)
-            print("\n== %s" % t)
-            print("  %-9s %-7s %10s %10s %6s  %-12s %-6s %3s  launch/lat/wire" % (
-                "op", "size", "meas_us", "pred_us", "ratio", "alg", "proto", "nc"))
-            for r in rows:
-                c = model.predict(r["op"], r["bytes"], s, P)
-                m = parse.measured(r)
-                pp = c["parts"]
-                print("  %-9s %-7s %10.2f %10.2f %6.3f  %-12s %-6s %3d  %.1f/%.1f/%.1f" % (
-                    r["op"], hsize(r["bytes"]), m, c["t"], c["t"] / m, c["alg"], c["proto"], c["nc"],
-                    pp["launch"], pp["lat"], pp["wire"]))
+    for t, rows in tabs.items():
+        s = sys_of(t)
+        print("\n== %s" % t)
+        print("  %-9s %-7s %10s %10s %6s  %-12s %-6s %3s  launch/lat/wire" % (
+            "op", "size", "meas_us", "pred_us", "ratio", "alg", "proto", "nc"))
+        for r in rows:
+            c = model.predict(r["op"], r["bytes"], s, P)
+            m = parse.measured(r)
+            pp = c["parts"]
+            print("  %-9s %-7s %10.2f %10.2f %6.3f  %-12s %-6s %3d  %.1f/%.1f/%.1f" % (
+                r["op"], hsize(r["bytes"]), m, c["t"], c["t"] / m, c["alg"], c["proto"], c["nc"],
+                pp["launch"], pp["lat"], pp["wire"]))
 
 
 def predict_h100(P):
