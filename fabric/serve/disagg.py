@@ -69,7 +69,7 @@ def serve_disaggregated(*, model: str | None = None, hf_config: str | None = Non
                         progress=None, on_point=None) -> dict:
     from fabric.config import load_config
     from fabric.network import shared
-    from fabric.serve import DEFAULT_MAX_SEQS, Deployment
+    from fabric.serve.deployment import DEFAULT_MAX_SEQS, Deployment
     from fabric.serve.report import summarise
     from fabric.serve.scheduler import Scheduler
     from fabric.serve.workload import parse_workload
