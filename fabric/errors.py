@@ -19,7 +19,7 @@ class RoutingError(FabricError):
 
 class SimulationError(FabricError):
     """The kernel stopped abnormally: the watchdog saw no progress, or an invariant broke. `stuck`: what a stuck
-    run waits for (fabric.stuck.report; {} if not that), for a command's --json."""
+    run waits for (fabric.faults.stuck.report; {} if not that), for a command's --json."""
 
     def __init__(self, message: str, stuck: dict | None = None):
         super().__init__(message)

@@ -30,13 +30,13 @@ from fabric.topology import Topology
 class StepRun:
     """One step through the pipeline (run_step)."""
     graph: TaskGraph              # the lowered step
-    result: sim.RunResult         # the engine's run (a migrating step: its segments merged, fabric.migration)
+    result: sim.RunResult         # the engine's run (a migrating step: its segments merged, fabric.faults.migration)
     summary: dict                 # fabric.report.step_summary: step_ps, step_us, compute_us, exposed_comm_us,
                                   # comm_fraction, critical_path_tasks (and layers, with run_step's layers=True)
     topo: Topology                # the fabric it ran on
     lower_s: float                # seconds lowering took
     baseline_us: float | None = None   # the step without cfg.faults (run_step's baseline=True and faults), us
-    migration: dict | None = None      # what fabric.migration moved (cfg.manager.migrate)
+    migration: dict | None = None      # what fabric.faults.migration moved (cfg.manager.migrate)
     recorded: dict | None = None       # what run_step's `record` yielded (fabric.timeline.to_file: its figures)
 
     def collective_bytes(self) -> dict:
@@ -49,7 +49,7 @@ def run_step(trace, cfg: FabricConfig, engine: str = "packet", *, topo=None, pro
              record=None) -> StepRun:
     """Lower `trace` (fabric.trace.Trace, or anything with its attributes) for the fabric `cfg` describes, run it
     on `engine` (fabric.sim.run: cfg's faults, `jobs` independent parts at a time, `transfers` tables; with
-    cfg.manager.migrate, fabric.migration.run) and split its critical path (fabric.report.step_summary).
+    cfg.manager.migrate, fabric.faults.migration.run) and split its critical path (fabric.report.step_summary).
 
     topo: the fabric (default fabric.network.shared(cfg): built once per config and process, as lowering's auto
     tiers see it). progress: fabric.sim.run's. layers: the split by model layer too (summary["layers"]).
@@ -71,7 +71,7 @@ def run_step(trace, cfg: FabricConfig, engine: str = "packet", *, topo=None, pro
     moved = None
     with (record if record is not None else contextlib.nullcontext()) as recorded:
         if cfg.manager.migrate:
-            from fabric import migration
+            from fabric.faults import migration
             res, moved = migration.run(cfg, topo, graph, engine=engine, progress=progress, transfers=transfers)
         else:
             res = sim.run(cfg, topo, graph, engine=engine, progress=progress, transfers=transfers, jobs=jobs)
@@ -125,7 +125,7 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         raise ConfigError("--migrate needs spare accelerators to migrate to; add some with "
                           "--set topology.sd200.spares=N (sd200)")
     if cfg.faults:            # their names and the manager's timing, before the (long) runs
-        from fabric.failover import check
+        from fabric.faults.failover import check
         from fabric.faults import parse_all
         check(parse_all(cfg.faults), topo, cfg)
     record = None

@@ -463,7 +463,7 @@ def reroute(topo: Topology, alive: np.ndarray, max_candidates: int = 16, exclude
     over the surviving channels, or up*/down* paths where those close a cycle in the channel-dependency graph of
     the whole set; if that too is cyclic, every pair is routed up*/down* over the surviving channels. The set
     returned is proven deadlock-free (check_deadlock_free). The caller checks cut_off_ranks first; `exclude`: ranks
-    taken out of service (cut off, their work migrated: fabric.migration), whose pairs get no path."""
+    taken out of service (cut off, their work migrated: fabric.faults.migration), whose pairs get no path."""
     R, H = topo.n_ranks, len(topo.path_ch)
     pair_of = np.repeat(np.arange(R * R, dtype=np.int64), np.diff(topo.pair_ptr))
     out = np.zeros(R, bool)

@@ -18,7 +18,7 @@ from fabric._check_build import kernel
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError, SimulationError
 from fabric.phy import burst_params, ps
-from fabric.stuck import report as stuck_report, text as stuck_text
+from fabric.faults.stuck import report as stuck_report, text as stuck_text
 
 ENGINES = ("packet", "analytic")
 FAULTS = {"corrupt_flit": kernel.FAULT_CORRUPT_FLIT, "lose_ack": kernel.FAULT_LOSE_ACK,
@@ -189,7 +189,7 @@ def kernel_inputs(cfg: FabricConfig, topo, graph, rank_map=None) -> tuple[dict, 
     issuer's host domain sees it (fabric.address: the program's view), and the tables of every domain
     (endpoint.shadow_windows entries each). A graph that already has `host_addr` keeps it; one without addresses
     gets no tables (its transfers are addressed by rank). rank_map (int[ranks]): the rank now holding each rank's
-    memory window (a spare that took a cut-off rank's work over: fabric.migration)."""
+    memory window (a spare that took a cut-off rank's work over: fabric.faults.migration)."""
     from fabric.address import build_address_map
     g = as_arrays(graph)
     addr = g.get("addr")
@@ -285,7 +285,7 @@ class RunResult:
     task_end_ps: np.ndarray
     link_state: dict
     transfers: dict
-    stuck: dict = field(default_factory=dict)   # a stuck run: what it waits for (fabric.stuck.report)
+    stuck: dict = field(default_factory=dict)   # a stuck run: what it waits for (fabric.faults.stuck.report)
     translation: dict = field(default_factory=dict)   # Engine.translations(): ingress address translation counts
     faults: dict = field(default_factory=dict)   # permanent faults: what each did, and the packets they cost
 
@@ -357,8 +357,8 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
     permanent: fault specs (fabric.faults; default cfg.faults, () for none); progress: called after every slice of
     `slice_events` events with (events, now_ps, fraction of tasks done); transfers=False leaves
     RunResult.transfers empty (a per-transfer table: 60 MB for a decode step's 1 M) and, without permanent faults,
-    lets the engine release each transfer's record once it is done (Engine retire_transfers). fabric.migration runs a
-    step in segments: `migrate` takes the ranks a fault cuts off to spares (failover.Schedule), and the segment
+    lets the engine release each transfer's record once it is done (Engine retire_transfers). fabric.faults.migration
+    runs a step in segments: `migrate` takes the ranks a fault cuts off to spares (failover.Schedule), and the segment
     ends at their takeover (outcome "partition", faults["partitions"]); the next one gets the working channels
     (alive), the ranks out of service (retired) and where each rank's memory window lives now (rank_map).
     jobs > 1: a graph whose ranks fall into independent parts (fabric.parts: no shared node, no dependency between
@@ -388,7 +388,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
                                                 specs, alive, retired, rank_map, migrate, n_tasks)
     totals = eng.totals()
     start, end = eng.task_times()
-    partition = outcome == "partition"   # a segment that stopped for a migration (fabric.migration)
+    partition = outcome == "partition"   # a segment that stopped for a migration (fabric.faults.migration)
     # the watchdog fired, or the events ran out first
     stuck = not partition and (outcome == kernel.STUCK or totals["tasks_left"] > 0)
     # the task times are the engine's own arrays, not copies: nothing writes them once this returns (18 M tasks:
@@ -424,7 +424,7 @@ def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), pr
 def _run_one(cfg, topo, graph, engine, faults, progress, slice_events, transfers, specs, alive, retired, rank_map,
              migrate, n_tasks):
     """run() as one engine: (outcome, engine, fault schedule or None, wall s of the run)."""
-    from fabric.failover import Schedule
+    from fabric.faults.failover import Schedule
     # no per-transfer table asked for and no permanent fault to rewind flows: transfer records are built as issued
     # and released once done (1 M x 128 B for a decode step, 2 GB at 1024 ranks, down to those in flight)
     eng = make_engine(cfg, topo, graph, engine, retire_transfers=not transfers and not specs, rank_map=rank_map,
@@ -449,7 +449,7 @@ def _run_one(cfg, topo, graph, engine, faults, progress, slice_events, transfers
         if progress is not None:
             progress(eng.events, eng.now_ps, 1.0 - eng.totals()["tasks_left"] / max(n_tasks, 1))
         if outcome == kernel.STUCK and schedule is not None and schedule.takeover_ps is not None:
-            outcome = "partition"     # what is left waits for the migrating ranks: the segment ends (fabric.migration)
+            outcome = "partition"     # what is left waits for the migrating ranks: the segment ends (faults.migration)
         if outcome != kernel.PAUSED:
             break
     return outcome, eng, schedule, time.perf_counter() - t0

@@ -60,7 +60,7 @@ class Topology:
     routing: str = ""              # algorithm the fabric manager used (dor, dor-dateline, updown, shortest)
     node_reduce: np.ndarray = None  # bool[n_nodes]: switch reduces and multicasts in the switch (switch.reduction)
     n_spares: int = 0              # spare accelerators: the last n_spares ranks (topology.spares), idle until a
-                                   # serving rank migrates to one (fabric.migration)
+                                   # serving rank migrates to one (fabric.faults.migration)
 
     # ---------------------------------------------------------------- conveniences
     @property

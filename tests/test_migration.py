@@ -1,4 +1,4 @@
-"""Task migration to spare accelerators (fabric.migration, --migrate; docs/faults.md §Task migration): a rank a
+"""Task migration to spare accelerators (fabric.faults.migration, --migrate; docs/faults.md §Task migration): a rank a
 fault cuts off hands its unfinished work to a spare and the step finishes, every task completed once, nothing
 lost; or one line says no spare is left; never a hang."""
 import json
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabric import migration, sim
+from fabric import sim
+from fabric.faults import migration
 from fabric.config import load_config, with_overrides
 from fabric.errors import ConfigError
 from fabric.faults import PartitionError

@@ -84,7 +84,7 @@ def render_faults(f: dict) -> list[str]:
 
 
 def render_migration(m: dict) -> list[str]:
-    """The task-migration section of a report (fabric.migration)."""
+    """The task-migration section of a report (fabric.faults.migration)."""
     if not m["events"]:
         return ["  migration            no serving rank was cut off: nothing migrated"]
     lines = [f"  migration            TPOT {m['tpot_us']:.1f} us with, {m['tpot_no_fault_us']:.1f} us without; "

@@ -1,7 +1,7 @@
 # ================================================================== permanent faults: dead links, lost lanes, reroutes
 # What a link or switch that fails for good does to the fabric, and how the fabric manager's new routes take over
-# (fabric/failover.py drives it: docs/faults.md). Python calls these between slices of a run, a handful per run; the
-# event path pays one compare for them (a dead output in enqueue_packet, a stale packet in on_deliver).
+# (fabric/faults/failover.py drives it: docs/faults.md). Python calls these between slices of a run, a handful per
+# run; the event path pays one compare for them (a dead output in enqueue_packet, a stale packet in on_deliver).
 # - A dead channel (ChanC.down_until = INT64_MAX) sends nothing; units and messages in flight on it are lost (its
 #   epoch moves on), the units its receiver had not accepted leave its replay ring, the packets in its VOQs and every
 #   packet that reaches them later are lost (lose_packet).
@@ -279,7 +279,7 @@ cdef int install_routes(SimC* s, dict keep, object pair_ptr, object path_ptr, ob
             continue
         pair = <int64_t>s.xf[x].src * s.n_ranks + s.xf[x].dst
         if s.pair_ptr[pair + 1] == s.pair_ptr[pair]:
-            continue               # a rank taken out of service (its work migrates: fabric.migration): left as is
+            continue               # a rank taken out of service (its work migrates: faults.migration): left as is
         s.x_lost[x] = 0
         rewind_xfer(s, x)
     for ch in range(s.n_ch):

@@ -136,7 +136,7 @@ cdef class Engine:
             c_run(s, max_events, until_ps, &outcome)
         return outcome
 
-    # ---- permanent faults (faults.pxi; fabric/faults.py drives them between slices of a run)
+    # ---- permanent faults (faults.pxi; fabric/faults/failover.py drives them between slices of a run)
     @property
     def next_event_ps(self):
         """Time of the earliest pending event (INT64_MAX: none)."""

@@ -1,7 +1,7 @@
 # ================================================================== waits: what a stuck run waits for
 # For Engine.stuck_report, once after a run that stopped with work pending: every non-empty queue's head (what it
-# needs to leave, what it has), and a cycle of credit waits among them if there is one (fabric/stuck.py names the
-# rows; docs/kernel.md, "A stuck run"). With the GIL; reads SimC.
+# needs to leave, what it has), and a cycle of credit waits among them if there is one (fabric/faults/stuck.py names
+# the rows; docs/kernel.md, "A stuck run"). With the GIL; reads SimC.
 WAIT_COLS = ("channel", "vc", "slot", "queued", "xfer", "src", "dst", "in_ch", "in_vc", "needed", "credits", "hold")
 HOLD_NONE, HOLD_PIPELINE, HOLD_TAG, HOLD_GRANT = 0, 1, 2, 3     # what else holds a head (besides credits)
 

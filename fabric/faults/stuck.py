@@ -1,4 +1,6 @@
-"""What a run that stopped with work pending waits for: the kernel's stuck report (Engine.stuck_report) with channel
+"""Not a fault but a run's possible end: names what a run that stopped with work pending waits for.
+
+What a run that stopped with work pending waits for: the kernel's stuck report (Engine.stuck_report) with channel
 names, as JSON-ready rows and as the block of text a SimulationError carries (docs/kernel.md, "A stuck run")."""
 from fabric._check_build import kernel
 

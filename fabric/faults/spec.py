@@ -1,10 +1,12 @@
-"""Permanent faults at run time: links that die, lose lanes or flap, switches that die (docs/faults.md).
+"""The fault specs alone, before any run: their syntax and the topology parts they name (failover applies them).
+
+Permanent faults at run time: links that die, lose lanes or flap, switches that die (docs/faults.md).
 
 A spec names a part by the node names `fabric-probe topology` uses and a time in microseconds from the start of the
 step: `link:sw0-sw1:down@100`, `link:acc3-sw0:lanes=4@50`, `switch:sw5:down@200`, `link:sw0-sw1:flap@100-300`;
 a link means both directions and every parallel link between the two nodes unless `#k` picks one (`sw0-sw1#1`).
 
-`parse` checks the syntax (at config load), `resolve` the names against a topology; fabric.failover applies them
+`parse` checks the syntax (at config load), `resolve` the names against a topology; fabric.faults.failover applies them
 to a run. A fault that cuts accelerators off stops the run with one line naming them (PartitionError).
 """
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Permanent faults applied to a run, and the fabric manager's reaction (docs/faults.md).
+"""A fault during a run: timed actions on the engine's channels, then the manager's reroute around them.
+
+Permanent faults applied to a run, and the fabric manager's reaction (docs/faults.md).
 
 `Schedule` turns fault specs (fabric.faults) into timed actions on an Engine between slices of its run
 (fabric.sim.run): the kernel kills, revives or slows channels (faults.pxi); `manager.detection_ns +
@@ -12,7 +14,7 @@ import bisect
 import numpy as np
 
 from fabric.errors import ConfigError
-from fabric.faults import PartitionError, resolve
+from fabric.faults.spec import PartitionError, resolve
 from fabric.routing import cut_off_ranks, reroute
 
 
@@ -33,7 +35,7 @@ class Schedule:
 
     def __init__(self, faults, topo, cfg, alive=None, retired=(), migrate=None):
         """alive: the channels working at the start (default all); retired: ranks out of service already (their
-        work migrated); migrate (fabric.migration, else None): a fault that cuts ranks in migrate.serving() off
+        work migrated); migrate (fabric.faults.migration, else None): a fault that cuts ranks in migrate.serving() off
         does not stop the run with PartitionError: migrate.partition(cut, t_ps, alive, retired, spec, fault_us)
         gives them spares and returns the takeover time, the routes leave them out, and the run goes on until that
         time (`stopped`)."""
@@ -74,7 +76,7 @@ class Schedule:
         while self.actions and self.actions[0][0] <= t_ps and not self.stopped:
             _, _, what, i, chans, value = self.actions.pop(0)
             rec = self.records[i]
-            if what == "takeover":            # the spares hold the state: the segment ends (fabric.migration)
+            if what == "takeover":            # the spares hold the state: the segment ends (fabric.faults.migration)
                 self.stopped = t_ps >= self.takeover_ps
             elif what == "rate":
                 for c in chans:

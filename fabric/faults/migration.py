@@ -1,11 +1,13 @@
-"""Task migration to spare accelerators (--migrate, manager.migrate; docs/faults.md §Task migration).
+"""A fault that cuts serving ranks off: their work moves to spares, the step runs in segments of fresh engines.
+
+Task migration to spare accelerators (--migrate, manager.migrate; docs/faults.md §Task migration).
 
 A step runs in segments (fabric.sim.run, each a fresh Engine). When a fault cuts serving ranks off, the fabric
 manager finds it at its reroute (detection + route update after the fault): each cut-off rank gets a spare
 (topology.sd200.spares: one in its host domain first, else the lowest-numbered one still reachable), which loads the
 rank's state (manager.migration_ns) while the other ranks run on with routes that leave the cut-off ones out
-(fabric.failover.Schedule calls `_Spares.partition`). The segment ends at the takeover. The next one starts there,
-on the fabric as it is then (dead channels out of the routes, lane-degraded rates), with every task not kept: a
+(fabric.faults.failover.Schedule calls `_Spares.partition`). The segment ends at the takeover. The next one starts
+there, on the fabric as it is then (dead channels out of the routes, lane-degraded rates), with every task not kept: a
 task completed in the segment is kept, except on a cut-off rank, where only what completed before the fault counts
 (its results could not leave it), and what depends on a task not kept; a task in progress restarts, a transfer in
 flight is sent again from its first byte (its packets in the fabric are abandoned with the segment). The migrated
@@ -17,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from fabric import sim
-from fabric.faults import PartitionError, parse_all, resolve
+from fabric.faults.spec import PartitionError, parse_all, resolve
 from fabric.phy import ps
 from fabric.routing import cut_off_ranks, reroute
 from fabric.taskgraph import TRANSFER
@@ -112,7 +114,7 @@ def _choose_spares(topo, cut, free: list[int], alive, retired, spec: str, at_us:
 
 class _Spares:
     """The spares not used yet and the rank each of the step's ranks runs on now (rank_map); the `migrate` of a
-    segment's fault schedule (fabric.failover.Schedule), which calls `partition` when a fault cuts serving ranks
+    segment's fault schedule (fabric.faults.failover.Schedule), which calls `partition` when a fault cuts serving ranks
     off. offset: the segment's start on the step's clock; given: each segment spec's spec as given."""
 
     def __init__(self, cfg, topo, ranks: np.ndarray):
