@@ -5,7 +5,7 @@
     replay(trace_path, cfg, ...) -> dict      what fabric-replay reports
 
 `run_step` is the step pipeline, written once: fabric-replay (replay), the serving experiments
-(fabric.tools.serving), fabric-bench's replay cases and fabric-serve's step model all run a step through it. The
+(fabric.experiments.serving), fabric-bench's replay cases and fabric-serve's step model all run a step through it. The
 report answers "what time per output token, and why": TPOT, the critical path split into compute and exposed
 communication, collectives by kind and size, and how every link behaved (fabric.report).
 """

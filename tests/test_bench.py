@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from fabric.cli.bench import main
-from fabric.tools import bench
+from fabric.experiments import bench
 
 
 def test_oneshot_message_scaling():

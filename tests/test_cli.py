@@ -86,7 +86,7 @@ def test_parsing_a_command_loads_no_kernel_and_its_choices_are_the_library_lists
     from fabric import sim
     from fabric.cli.common import ENGINES
     from fabric.cli.probe_collective import OPS
-    from fabric.tools.collective_probe import OPS as PROBE_OPS
+    from fabric.experiments.probe_collective import OPS as PROBE_OPS
     assert ENGINES == sim.ENGINES and OPS == PROBE_OPS
     code = ("import sys, fabric.cli.probe, fabric.cli.replay, fabric.cli.validate, fabric.cli.bench; "
             "assert 'fabric._kernel.kernel' not in sys.modules")
@@ -97,7 +97,7 @@ def test_importing_a_command_tunes_nothing_running_one_does():
     """Process tuning (fabric._process) is a call each command run makes, not a side effect of importing it."""
     import subprocess
     import sys
-    code = ("import fabric.cli.probe, fabric.cli.replay, fabric.tools.bench; from fabric import _process; "
+    code = ("import fabric.cli.probe, fabric.cli.replay, fabric.experiments.bench; from fabric import _process; "
             "assert not _process._TUNED; from fabric.cli.probe import main; "
             "main(['params'], standalone_mode=False); assert _process._TUNED")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -17,7 +17,7 @@ from fabric.collectives.alltoall import p2p_schedule
 from fabric.collectives._frag import FragBuilder
 from fabric.collectives.symbolic import check
 from fabric.config import load_config
-from fabric.tools.collective_probe import probe_collective
+from fabric.experiments.probe_collective import probe_collective
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import engine_agreement as EA  # noqa: E402

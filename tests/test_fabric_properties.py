@@ -74,7 +74,7 @@ def test_stores_and_loads_addressed_through_shadow_windows_land_in_the_right_mem
 
 
 def test_out_of_window_access_completes_as_unsupported_request():
-    from fabric.tools.latency_probe import probe_latency
+    from fabric.experiments.probe_latency import probe_latency
     r = probe_latency(load_config(preset="sd200"), 0, addr=0x100000000, nbytes=64)
     assert r["status"] == "UR" and "Unsupported Request" in r["error"] and r["latency_ns"] > 0
     ok = probe_latency(load_config(preset="sd200"), 0, addr=0x13F000000100, nbytes=64)

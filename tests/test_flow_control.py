@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from fabric import phy, sim
 from fabric.config import load_config
 from fabric.network import build
-from fabric.tools.link_probe import probe_link
+from fabric.experiments.probe_link import probe_link
 
 FAST = {"phy.lanes": 32, "phy.lane_rate_gbps": 112.0}          # 448 GB/s per direction
 OLD = {"link.credit_flits": 128, "link.replay_buffer_flits": 256, "endpoint.e2e_window_bytes": 131072}

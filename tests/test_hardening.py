@@ -251,7 +251,7 @@ def test_watchdog_below_idle_gap_is_refused(value):
 
 def test_watchdog_at_idle_gap_runs_a_healthy_link():
     """The smallest accepted watchdog does not kill a healthy run, even one that replays."""
-    from fabric.tools.link_probe import probe_link
+    from fabric.experiments.probe_link import probe_link
     gap = idle_gap_ns(load_config(preset="link"))
     cfg = load_config(preset="link", overrides={"sim.watchdog_ns": gap, "phy.ber": 1e-7})
     r = probe_link(cfg, None, 2000)

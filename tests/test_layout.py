@@ -1,6 +1,6 @@
 """The package's layout: the import graph of fabric/ has no cycle (imports inside functions count too), the core
-never imports the tools and commands built on it, nothing but the commands imports fabric.cli, and the collectives
-(a workload layer: the pipeline hands them a cost oracle) never reach the simulator."""
+never imports the experiments and commands built on it, nothing but the commands imports fabric.cli, and the
+collectives (a workload layer: the pipeline hands them a cost oracle) never reach the simulator."""
 import ast
 from collections import deque
 from pathlib import Path
@@ -130,11 +130,11 @@ def test_fabric_has_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_core_does_not_import_tools():
-    """The core never imports the tools (nor the commands: test_only_the_commands_import_cli)."""
+def test_core_does_not_import_experiments():
+    """The core never imports the experiments (nor the commands: test_only_the_commands_import_cli)."""
     def outer(m):
-        return any(_within(m, p) for p in ("fabric.tools", "fabric.cli"))
-    bad = {m: sorted(t for t in targets if _within(t, "fabric.tools"))
+        return any(_within(m, p) for p in ("fabric.experiments", "fabric.cli"))
+    bad = {m: sorted(t for t in targets if _within(t, "fabric.experiments"))
            for m, targets in import_graph(ROOT / "fabric").items() if not outer(m)}
     assert not {m: t for m, t in bad.items() if t}
 
@@ -149,10 +149,10 @@ def test_only_the_commands_import_cli():
 
 
 def test_the_layer_rules_can_fail(tmp_path):
-    """A collectives module importing sim inside a function, or through another module, and a tool importing a
-    command module for its side effects, are all found; without them the rules pass."""
+    """A collectives module importing sim inside a function, or through another module, and an experiment importing
+    a command module for its side effects, are all found; without them the rules pass."""
     pkg = tmp_path / "fabric"
-    for sub in ("collectives", "cli", "tools"):
+    for sub in ("collectives", "cli", "experiments"):
         (pkg / sub).mkdir(parents=True)
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
@@ -162,7 +162,7 @@ def test_the_layer_rules_can_fail(tmp_path):
     (pkg / "collectives" / "policy.py").write_text("from fabric import network\n")
     (pkg / "cli" / "common.py").write_text("from fabric import sim\n")
     (pkg / "cli" / "replay.py").write_text("from fabric.cli.common import x\n")
-    (pkg / "tools" / "bench.py").write_text("from fabric import sim\n")
+    (pkg / "experiments" / "bench.py").write_text("from fabric import sim\n")
     assert not collectives_reaching_sim(import_graph(pkg)) and not cli_importers(import_graph(pkg))
     (pkg / "collectives" / "policy.py").write_text("def times():\n    from fabric import sim\n")
     assert collectives_reaching_sim(import_graph(pkg)) == {"fabric.collectives.policy":
@@ -172,8 +172,8 @@ def test_the_layer_rules_can_fail(tmp_path):
     (pkg / "collectives" / "library.py").write_text("from fabric.network import route\n")
     assert collectives_reaching_sim(import_graph(pkg)) == {
         "fabric.collectives.library": ["fabric.collectives.library", "fabric.network", "fabric.sim"]}
-    (pkg / "tools" / "bench.py").write_text("def child():\n    import fabric.cli.common  # noqa\n")
-    assert cli_importers(import_graph(pkg)) == {"fabric.tools.bench": ["fabric.cli", "fabric.cli.common"]}
+    (pkg / "experiments" / "bench.py").write_text("def child():\n    import fabric.cli.common  # noqa\n")
+    assert cli_importers(import_graph(pkg)) == {"fabric.experiments.bench": ["fabric.cli", "fabric.cli.common"]}
 
 
 def test_the_cycle_check_can_fail(tmp_path):
@@ -191,3 +191,13 @@ def test_the_cycle_check_can_fail(tmp_path):
     (pkg / "sub" / "leaf.py").write_text("from pkg import a\n")
     (pkg / "a.py").write_text("from pkg.sub.leaf import x\n")     # runs pkg/sub/__init__.py first
     assert find_cycle(import_graph(pkg)) == ["pkg.a", "pkg.sub", "pkg.sub.leaf", "pkg.a"]
+
+
+def test_old_tools_name_loads_the_experiments():
+    """fabric.tools, the old name of fabric.experiments, still loads its modules for one release (scripts such as
+    tools/serve_scaling.py import fabric.tools.serving)."""
+    import subprocess
+    import sys
+    code = "from fabric.tools.serving import PRESET_16; from fabric.experiments.serving import PRESET_16 as P; " \
+           "assert PRESET_16 == P"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -14,7 +14,7 @@ from fabric.collectives.symbolic import check
 from fabric.config import CollectivesConfig, NcclLikeConfig, load_config, parse_set
 from fabric.errors import ConfigError
 from fabric.taskgraph import COMPUTE, TRANSFER
-from fabric.tools.collective_probe import probe_collective
+from fabric.experiments.probe_collective import probe_collective
 
 SD = load_config(preset="sd200")
 NCCL = load_config(preset="sd200", overrides={"collectives.library": "nccl-like"})

@@ -7,7 +7,7 @@ import pytest
 from fabric import phy, sim
 from fabric.config import load_config
 from fabric.taskgraph import transfer_graph
-from fabric.tools.link_probe import probe_link, two_node_topology
+from fabric.experiments.probe_link import probe_link, two_node_topology
 
 
 def test_measured_efficiency_matches_framing_at_ber_zero():

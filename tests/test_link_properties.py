@@ -8,7 +8,7 @@ from fabric import phy, sim
 from fabric._check_build import kernel
 from fabric.config import load_config
 from fabric.taskgraph import transfer_graph
-from fabric.tools.link_probe import two_node_topology
+from fabric.experiments.probe_link import two_node_topology
 from strategies import link_configs, link_faults, link_traffic
 
 

@@ -16,7 +16,7 @@ from fabric.errors import ConfigError
 from fabric.network import build
 from fabric.taskgraph import SW_DOWN, SW_UP, TRANSFER, GraphBuilder, transfer_graph
 from fabric.topology import ACCEL, SWITCH
-from fabric.tools.collective_probe import probe_collective
+from fabric.experiments.probe_collective import probe_collective
 
 
 def _cfg(preset, **ov):

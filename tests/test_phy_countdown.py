@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from fabric.config import load_config
 from fabric.network import build
 from fabric.taskgraph import all_to_all_graph, transfer_graph
-from fabric.tools.link_probe import two_node_topology
+from fabric.experiments.probe_link import two_node_topology
 
 from strategies import fabric_case, link_configs, link_faults, link_traffic
 from test_event_queue import assert_same, run_engine

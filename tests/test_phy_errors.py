@@ -7,7 +7,7 @@ from fabric import phy, sim
 from fabric.config import load_config
 from fabric.errors import ConfigError
 from fabric.taskgraph import transfer_graph
-from fabric.tools.link_probe import probe_link, two_node_topology
+from fabric.experiments.probe_link import probe_link, two_node_topology
 
 KP4 = {"phy.fec_n": 544, "phy.fec_k": 514, "phy.fec_symbol_bits": 10}
 LIGHT = {"phy.fec_n": 272, "phy.fec_k": 258, "phy.fec_symbol_bits": 10}

@@ -64,7 +64,7 @@ def test_links_heatmap_on_the_topology(results, fmt):
 def test_links_layout_places_every_node(preset):
     from fabric.config import load_config
     from fabric.network import build
-    from fabric.tools.plot import layout
+    from fabric.experiments.plot import layout
     topo = build(load_config(preset=preset))
     pos = layout(topo)
     assert set(pos) == set(range(topo.n_nodes))

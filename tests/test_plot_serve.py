@@ -10,7 +10,7 @@ pytest.importorskip("matplotlib")
 
 from fabric.cli.plot import main as plot_cli  # noqa: E402
 from fabric.cli.serve import main as serve_cli  # noqa: E402
-from fabric.tools.sweep import write_rows  # noqa: E402
+from fabric.experiments.sweep import write_rows  # noqa: E402
 
 WORKLOAD = "poisson:rate=400,in=uniform:16-96,out=uniform:2-24"
 

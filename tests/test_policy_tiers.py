@@ -10,7 +10,7 @@ from fabric.collectives import policy, select
 from fabric.config import load_config, preset_names
 from fabric.network import shared
 from fabric.taskgraph import transfer_graph
-from fabric.tools.collective_probe import probe_collective, sizes
+from fabric.experiments.probe_collective import probe_collective, sizes
 
 SD200 = load_config("sd200")
 ORACLE = sim.analytic_times      # the cost oracle lowering hands the auto tiers

@@ -1,7 +1,7 @@
-"""fabric.tools.pool: independent runs over worker processes give the serial results, in the order asked."""
+"""fabric.experiments.pool: independent runs over worker processes give the serial results, in the order asked."""
 from fabric.config import load_config
-from fabric.tools import pool
-from fabric.tools.collective_probe import probe_collective
+from fabric.experiments import pool
+from fabric.experiments.probe_collective import probe_collective
 
 
 def _time(nbytes: int, ranks: int) -> float:

@@ -1,5 +1,5 @@
 """`fabric-probe collective` (issue 16 item 7): nccl-tests columns, --json rows, --compare against an nccl-tests
-output file (fabric.tools.nccl_tests), size suffixes."""
+output file (fabric.experiments.nccl_tests), size suffixes."""
 import json
 import math
 from pathlib import Path
@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from fabric.errors import ConfigError
-from fabric.tools import nccl_tests
-from fabric.tools.collective_probe import compare, probe_sizes, sizes, table
+from fabric.experiments import nccl_tests
+from fabric.experiments.probe_collective import compare, probe_sizes, sizes, table
 
 DATA = Path(__file__).parent / "data"
 EXCERPT = DATA / "nccl_tests_allreduce_8xA100_excerpt.txt"

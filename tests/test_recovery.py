@@ -13,7 +13,7 @@ from fabric import phy, sim
 from fabric.config import load_config
 from fabric.network import build
 from fabric.taskgraph import transfer_graph
-from fabric.tools.link_probe import two_node_topology
+from fabric.experiments.probe_link import two_node_topology
 
 from strategies import fabric_case, link_configs, link_faults, link_traffic
 

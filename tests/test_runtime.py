@@ -15,7 +15,7 @@ from fabric.capture import capture  # noqa: E402
 from fabric.capture.chips import load_chip  # noqa: E402
 from fabric.config import load_config  # noqa: E402
 from fabric.errors import ConfigError  # noqa: E402
-from fabric.tools.serving import replay_trace  # noqa: E402
+from fabric.experiments.serving import replay_trace  # noqa: E402
 
 KIND_COMPUTE = 0
 

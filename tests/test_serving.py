@@ -1,4 +1,4 @@
-"""Serving experiments (fabric.tools.serving; docs/sources.md §SD200 serving): 16 vs 64 accelerators, TPOT over a
+"""Serving experiments (fabric.experiments.serving; docs/sources.md §SD200 serving): 16 vs 64 accelerators, TPOT over a
 growing context, batch sweep. Analytic capture and analytic replay engines."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("h5py")
 
-from fabric.tools import serving as S  # noqa: E402
+from fabric.experiments import serving as S  # noqa: E402
 
 
 def test_16_cards_need_smaller_weights():

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from fabric.errors import ConfigError
-from fabric.tools import sweep as S
+from fabric.experiments import sweep as S
 
 TOY = str(Path(__file__).parent.parent / "traces" / "toy-mla-tp8.h5")
 VOLATILE = {"point_wall_s", "wall_s", "lower_s"}     # wall-clock figures differ from run to run by nature

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import fabric.serve
 from fabric.cli.sweep import main as sweep_cli
 from fabric.errors import ConfigError
-from fabric.tools import sweep as S
+from fabric.experiments import sweep as S
 
 WORKLOAD = "poisson:rate=400,in=uniform:16-96,out=uniform:2-24"
 SERVE = f"""

@@ -16,7 +16,7 @@ from fabric.collectives.tree import btree_parent, dtree_parents, n_chunks
 from fabric.config import load_config
 from fabric.errors import ConfigError
 from fabric.network import build
-from fabric.tools.collective_probe import probe_collective
+from fabric.experiments.probe_collective import probe_collective
 
 IB = load_config("hgx-h100-2x8-ib", overrides={"collectives.library": "nccl-like"})
 

@@ -1,4 +1,4 @@
-"""Golden values of the validated figures (fabric/tools/validate.py, docs/calibration.md): they must not drift.
+"""Golden values of the validated figures (fabric/experiments/validate.py, docs/calibration.md): they must not drift.
 
 Fast cases only: the analytic engine for TPOT, single collectives and probes on the packet engine."""
 import json
@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from fabric.config import load_config
-from fabric.tools import validate as V
-from fabric.tools.collective_probe import bus_factor, probe_collective, sizes
+from fabric.experiments import validate as V
+from fabric.experiments.probe_collective import bus_factor, probe_collective, sizes
 
 REL = 0.03   # golden tolerance: a behaviour-preserving kernel change stays well inside it
 
@@ -167,8 +167,8 @@ def test_collective_cli_json(tmp_path):
 
 
 def test_serving_rows_judge_the_published_serving_figures(monkeypatch):
-    """Figures 8 and 9 come from fabric.tools.serving (run in tests/test_serving.py); here only their judging."""
-    from fabric.tools import serving as S
+    """Figures 8 and 9 come from fabric.experiments.serving (run in tests/test_serving.py); here only their judging."""
+    from fabric.experiments import serving as S
     fake = dict(scaling=dict(engine="analytic", change_for_16="weights in fp8",
                              speedups=[dict(compare="64 x bf16 vs 16 x fp8", tpot_speedup=1.1,
                                             throughput_speedup=1.5)]),
@@ -190,7 +190,7 @@ def test_each_distinct_serving_step_runs_once():
     the same step, and the experiments' repeats (batch 1 at context 4096 in all three) run once."""
     assert V._step_key(64) == V._step_key(64, batch=1, context=4096, weight_dtype="bf16")
     assert V._step_key(64, batch=2) != V._step_key(64)
-    from fabric.tools import serving as S
+    from fabric.experiments import serving as S
     asked = []
 
     def record(tp, **kw):

@@ -4,7 +4,7 @@
 
 Runs every AllReduce algorithm of the sd200 library (store: oneshot, twoshot, ring; cache-less loads:
 oneshot_load, twoshot_load; cached: oneshot_cached, twoshot_cached) at doubling sizes on a preset (default sd200)
-with the packet engine (fabric.tools.collective_probe, ranks 0..n-1), then prints per group size the time of each
+with the packet engine (fabric.experiments.probe_collective, ranks 0..n-1), then prints per group size the time of each
 and the fastest, and the crossovers: the largest size at which each path (and each tier: one-shot family vs
 two-shot family vs ring) is still the fastest. docs/collectives.md §Paths quotes the committed output.
 """
@@ -17,7 +17,7 @@ import click
 
 from fabric.config import load_config
 from fabric.network import build
-from fabric.tools.collective_probe import probe_collective, sizes
+from fabric.experiments.probe_collective import probe_collective, sizes
 
 ALGS = ("oneshot", "oneshot_load", "oneshot_cached", "twoshot", "twoshot_load", "twoshot_cached", "ring")
 TIER = {a: a.split("_")[0] for a in ALGS}
@@ -64,7 +64,7 @@ def crossovers(rows: list[dict]) -> dict:
 @click.option("--engine", type=click.Choice(["packet", "analytic"]), default="packet", show_default=True)
 @click.option("--json", "json_path", default=None, help="write the measurement here")
 def main(preset, ranks, min_bytes, max_bytes, oneshot_max_bytes, engine, json_path):
-    from fabric.tools import nccl_tests
+    from fabric.experiments import nccl_tests
     rk = [int(x) for x in ranks.split(",")]
     res = measure(preset, rk, sizes(min_bytes, max_bytes), engine,
                   nccl_tests.parse_size(oneshot_max_bytes, "--oneshot-max-bytes"))

@@ -3,7 +3,7 @@
     python tools/engine_agreement.py                      # the issue-16 presets, allreduce/allgather/reduce_scatter
     python tools/engine_agreement.py -p dgx-h100 --ops allreduce --min-bytes 8 --max-bytes 16M --factor 4
 
-Runs `fabric.tools.collective_probe.probe_collective` with each preset's own library (the nccl-like profile on
+Runs `fabric.experiments.probe_collective.probe_collective` with each preset's own library (the nccl-like profile on
 every issue-16 preset) at sizes min, min x factor, ... and max, on the packet and on the analytic engine, over
 every accelerator of the preset, and prints per size the algorithm the tuner picked and the ratio analytic /
 packet, then the worst |ratio - 1| per preset. Exit status 1 when the worst is above --tolerance (default 5 %:
@@ -22,8 +22,8 @@ from fabric.cli.common import Command, friendly
 from fabric.config import load_config
 from fabric.errors import ConfigError
 from fabric.network import build
-from fabric.tools import nccl_tests, pool
-from fabric.tools.collective_probe import probe_collective
+from fabric.experiments import nccl_tests, pool
+from fabric.experiments.probe_collective import probe_collective
 
 PRESETS = ("dgx-a100", "dgx-h100", "dgx-b200", "hgx-h100-2x8-ib", "hgx-h200-2x8-roce")
 OPS = ("allreduce", "allgather", "reduce_scatter")       # the default; alltoall on request (--ops)

@@ -21,7 +21,7 @@ from fabric.cli.common import Command, check_writable, friendly, json_option, wr
 @friendly
 def main(quick, cases, json_path, repeat, jobs):
     check_writable(json_path)
-    from fabric.tools.bench import render, run_suite
+    from fabric.experiments.bench import render, run_suite
     rows = run_suite(quick=quick, cases=list(cases) or None, repeat=repeat, jobs=jobs,
                      progress=lambda c: click.echo(f"running {c} ...", err=True))
     click.echo(render(rows, repeat))

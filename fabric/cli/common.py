@@ -186,7 +186,7 @@ class Size(click.ParamType):
         if isinstance(value, int):
             return value
         from fabric.errors import ConfigError
-        from fabric.tools.nccl_tests import parse_size
+        from fabric.experiments.nccl_tests import parse_size
         try:
             return parse_size(value, f"--{param.name.replace('_', '-')}" if param else "size")
         except ConfigError as exc:

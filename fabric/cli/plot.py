@@ -1,4 +1,4 @@
-"""`fabric-plot KIND RESULT... -o OUT.png|.svg`: draw the results the commands write (fabric/tools/plot.py;
+"""`fabric-plot KIND RESULT... -o OUT.png|.svg`: draw the results the commands write (fabric/experiments/plot.py;
 docs/sweep-and-plots.md). Needs matplotlib: pip install 'scaleup-fabric[plot]'."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import click
 
 from fabric.cli.common import Command, check_writable, friendly
 
-KINDS = ("collective", "links", "tpot", "sweep", "serve")   # fabric.tools.plot.KINDS, without importing matplotlib
+KINDS = ("collective", "links", "tpot", "sweep", "serve")   # experiments.plot.KINDS, without matplotlib
 
 
 @click.command(cls=Command, help="Draw results as PNG or SVG. KIND: collective (time and bus bandwidth vs size of "
@@ -34,7 +34,7 @@ KINDS = ("collective", "links", "tpot", "sweep", "serve")   # fabric.tools.plot.
 @friendly
 def main(kind, results, output, measured, labels, x, y, hue, title):
     from fabric.errors import ConfigError
-    from fabric.tools import plot as P
+    from fabric.experiments import plot as P
     check_writable(output, "-o")
     P.check_output(output)
     if labels and len(labels) != len(results):

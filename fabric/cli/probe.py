@@ -44,7 +44,7 @@ def link(payload_bytes, ber, packets, preset, config_file, sets, seed, json_path
     check_writable(json_path)
     check_writable(timeline_path, "--timeline")
     from fabric import timeline
-    from fabric.tools.link_probe import probe_link
+    from fabric.experiments.probe_link import probe_link
     cfg = load(preset, config_file, sets, seed, {} if ber is None else {"phy.ber": ber})
     with timeline.to_file(timeline_path, meta=dict(probe="link")) as tl:
         r = probe_link(cfg, payload_bytes, packets)
@@ -116,7 +116,7 @@ def latency(src, dst, addr, op, nbytes, preset, config_file, sets, seed, json_pa
     check_writable(timeline_path, "--timeline")
     from fabric import timeline
     from fabric.errors import ConfigError
-    from fabric.tools.latency_probe import probe_latency
+    from fabric.experiments.probe_latency import probe_latency
     cfg = load(preset, config_file, sets, seed)
     try:
         address = None if addr is None else int(addr, 0)

@@ -1,5 +1,5 @@
 """`fabric-probe collective`: time one collective on an idle fabric, nccl-tests style
-(fabric/tools/collective_probe.py)."""
+(fabric/experiments/probe_collective.py)."""
 from __future__ import annotations
 
 import click
@@ -19,8 +19,8 @@ from fabric.cli.common import (
 )
 from fabric.cli.common import echo_timeline, timeline_option
 
-OPS = ("allreduce", "allgather", "alltoall", "reduce_scatter")   # fabric.tools.collective_probe.OPS, kernel-free
-TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64")   # collective_probe.TYPES
+OPS = ("allreduce", "allgather", "alltoall", "reduce_scatter")   # fabric.experiments.probe_collective.OPS, kernel-free
+TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64")   # probe_collective.TYPES
 
 
 @click.command("collective", cls=Command)
@@ -58,8 +58,8 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
     check_writable(timeline_path, "--timeline")
     from fabric import timeline
     from fabric.errors import ConfigError
-    from fabric.tools import nccl_tests
-    from fabric.tools.collective_probe import compare, compare_table, probe_sizes, sweep, table
+    from fabric.experiments import nccl_tests
+    from fabric.experiments.probe_collective import compare, compare_table, probe_sizes, sweep, table
 
     measured = nccl_tests.read(compare_path) if compare_path else None
     if measured is not None and measured.op and measured.op != op:

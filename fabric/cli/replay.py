@@ -121,7 +121,7 @@ def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timel
     check_writable(json_path)
     check_writable(timeline_path, "--timeline")
     from fabric.replay import replay
-    from fabric.tools.pool import default_jobs
+    from fabric.experiments.pool import default_jobs
     cfg = load(preset, config_file, sets, seed, overrides={"manager.migrate": True} if migrate else None,
                faults=faults)
     with progress_bar(not quiet) as progress:

@@ -1,5 +1,5 @@
 """`fabric-sweep GRID.toml --out results.csv|.parquet`: replay (or serve a workload at) every point of a grid in
-parallel on Dask distributed (fabric/tools/sweep.py; docs/sweep-and-plots.md)."""
+parallel on Dask distributed (fabric/experiments/sweep.py; docs/sweep-and-plots.md)."""
 from __future__ import annotations
 
 import click
@@ -28,7 +28,7 @@ from fabric.cli.common import Command, check_writable, count_bar, friendly
 def main(grid, out, scheduler, workers, serial, dry_run, quiet):
     import sys
 
-    from fabric.tools import sweep as S
+    from fabric.experiments import sweep as S
     check_writable(out, "--out")
     S.check_output(out)
     points = S.load_grid(grid)

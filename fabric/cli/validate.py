@@ -1,4 +1,4 @@
-"""`fabric-validate`: the published SD200 figures against the emulator (fabric/tools/validate.py,
+"""`fabric-validate`: the published SD200 figures against the emulator (fabric/experiments/validate.py,
 docs/calibration.md)."""
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from fabric.cli.common import ENGINES, Command, check_writable, count_bar, frien
 @friendly
 def main(json_path, sweep_engine, calibration_engine, sensitivity, serving, jobs, quiet):
     check_writable(json_path)
-    from fabric.tools import validate as V
+    from fabric.experiments import validate as V
     t0 = time.perf_counter()
     n = len(V.runs(sweep_engine, calibration_engine, serving=serving, sensitivity=sensitivity))
     with count_bar(n, "runs", not quiet, tick=True) as step:

@@ -1,2 +1,7 @@
-"""Tools built on the core: the probes (one link, one latency, one collective), the benchmark suite and the
-validation against published figures. The core modules never import from here."""
+"""Old name of fabric.experiments (issue 29 part 5), kept for one release: `import fabric.tools.X` loads
+fabric/experiments/X.py (the probes are now probe_link, probe_latency, probe_collective). Import fabric.experiments."""
+import warnings
+from pathlib import Path
+
+__path__ = [str(Path(__file__).resolve().parent.parent / "experiments")]
+warnings.warn("fabric.tools is now fabric.experiments; import that", DeprecationWarning, stacklevel=2)

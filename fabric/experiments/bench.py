@@ -84,7 +84,7 @@ def _replay_stages(case: str):
     from fabric.network import shared
     from fabric.replay import run_step
     from fabric.report import collective_summary, link_summary
-    from fabric.tools.pool import default_jobs
+    from fabric.experiments.pool import default_jobs
     engine = "analytic" if case.endswith("-analytic") else "packet"
     big = case.startswith("replay-1024")
     st, t = {}, time.perf_counter()
@@ -168,7 +168,7 @@ def _run_case(case: str):
     from fabric.network import build
     from fabric.taskgraph import all_to_all_graph
     if case.startswith("link"):
-        from fabric.tools.link_probe import probe_link
+        from fabric.experiments.probe_link import probe_link
         return probe_link(load_config(preset=None), None, 200000 if case == "link-quick" else 1000000)["_result"]
     if case.startswith("oneshot-"):
         n = int(case.split("-")[1])
@@ -215,7 +215,7 @@ def child(case: str) -> None:
 def run_case(case: str) -> dict:
     """Run one case in a fresh interpreter; its peak RSS comes from the kernel's rusage of that child alone."""
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-c", f"from fabric.tools.bench import child; child({case!r})"],
+    p = subprocess.Popen([sys.executable, "-c", f"from fabric.experiments.bench import child; child({case!r})"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.stdout.read(), p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)

@@ -212,7 +212,7 @@ def batch_sweep(*, batches=(1, 2, 4, 8, 16, 32, 64), context: int = 4096, tp: in
 
 def serving(engine: str = ENGINE, run_step=step) -> dict:
     """All three experiments. Every decode step goes through `run_step` (step's arguments; default: step itself),
-    so a caller can run the steps elsewhere first (fabric.tools.validate: in parallel, each distinct step once)."""
+    so a caller can run the steps elsewhere first (experiments.validate: in parallel, each distinct step once)."""
     return dict(scaling=scaling_16_vs_64(engine=engine, run_step=run_step),
                 context=context_growth(engine=engine, run_step=run_step),
                 batch=batch_sweep(engine=engine, run_step=run_step))

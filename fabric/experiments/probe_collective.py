@@ -18,7 +18,7 @@ from fabric import collectives, sim
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
 from fabric.network import build as build_network
-from fabric.tools import nccl_tests
+from fabric.experiments import nccl_tests
 
 OPS = ("allreduce", "allgather", "alltoall", "reduce_scatter")
 
@@ -115,7 +115,7 @@ def sweep(cfg: FabricConfig, op: str, byte_sizes, jobs: int | None = None, progr
     """probe_collective at each size; the sizes are independent, so `jobs` processes run them (default: the cores
     available; 1: serial), largest first, rows in the order of byte_sizes, identical to a serial sweep.
     `progress()` is called once per finished size."""
-    from fabric.tools import pool
+    from fabric.experiments import pool
     _SWEEP_TOPO.clear()
     _SWEEP_TOPO["topo"] = build_network(cfg)
     try:

@@ -33,11 +33,11 @@ from fabric import sim
 from fabric import trace as tracemod
 from fabric.config import FabricConfig, load_config
 from fabric.network import shared
-from fabric.tools.collective_probe import probe_collective, sizes
-from fabric.tools.latency_probe import probe_latency
-from fabric.tools.link_probe import probe_link
-from fabric.tools import nccl_tests, pool
-from fabric.tools.serving import replay_trace
+from fabric.experiments.probe_collective import probe_collective, sizes
+from fabric.experiments.probe_latency import probe_latency
+from fabric.experiments.probe_link import probe_link
+from fabric.experiments import nccl_tests, pool
+from fabric.experiments.serving import replay_trace
 
 # The unoptimised (generic) library: the nccl-like profile, fitted on the calibration tables (docs/calibration.md).
 UNOPT = {"collectives.library": "nccl-like"}
@@ -174,7 +174,7 @@ def _experiment(what: str, *args):
     if what == "calibration":
         return calibration_point(CALIBRATION[args[0]], args[1], args[2])
     if what == "step":
-        from fabric.tools import serving as S
+        from fabric.experiments import serving as S
         return S.step(**dict(args[0]))
     if what == "sensitivity":
         return _sensitivity_point(*args)
@@ -202,7 +202,7 @@ def _step_key(tp: int, **kw) -> tuple:
     """serving.step's call as sorted (argument, value) pairs, defaults filled in: equal calls, equal keys."""
     import inspect
 
-    from fabric.tools import serving as S
+    from fabric.experiments import serving as S
     b = inspect.signature(S.step).bind(tp, **kw)
     b.apply_defaults()
     args = dict(b.arguments)
@@ -215,7 +215,7 @@ def _serving_steps() -> list[tuple]:
     step whose every figure is 1.0: which steps they run follows from memory plans, never from a step's result."""
     from collections import defaultdict
 
-    from fabric.tools import serving as S
+    from fabric.experiments import serving as S
     keys: dict = {}
 
     def record(tp, **kw):
@@ -255,7 +255,7 @@ def runs(sweep_engine: str = "packet", calibration_engine: str = "analytic", cal
 def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic", calibration: bool = True,
              serving: bool = True, sensitivity: bool = False, jobs: int | None = None, progress=None) -> dict:
     """Run every experiment; returns rows (the figure table), calibration (one row per calibration table), the
-    sweep, the serving experiments (fabric.tools.serving), the sensitivity table (packet engine; None unless
+    sweep, the serving experiments (fabric.experiments.serving), the sensitivity table (packet engine; None unless
     asked) and the raw measurements. Every run (each figure's, each size of each calibration table and of the
     sweep, each serving step, each sensitivity point; `runs`) is independent: one pool of `jobs` processes
     (default: every core; 1: serial) runs them all, longest first, with results identical to a serial run.
@@ -320,10 +320,10 @@ def validate(sweep_engine: str = "packet", calibration_engine: str = "analytic",
 
 
 def serving_rows(rows: list[dict], run_step=None) -> dict:
-    """The published serving results (fabric.tools.serving, analytic replay engine) appended to `rows` as figures 8
+    """The published serving results (experiments.serving, analytic replay engine) appended to `rows` as figures 8
     and 9; returns the experiments' own rows (the batch sweep has no published figure: reported only). run_step:
     see serving.serving."""
-    from fabric.tools import serving as S
+    from fabric.experiments import serving as S
     srv = S.serving(run_step=run_step or S.step)
     sc = srv["scaling"]
     top = sc["speedups"][0]             # the published configuration: 64 cards in BF16 against what 16 need

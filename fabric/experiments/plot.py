@@ -50,7 +50,7 @@ def read_table(path: str | Path) -> list[dict]:
     """The rows of a fabric-sweep output; a file that is not one is a one-line error."""
     import csv
 
-    from fabric.tools.sweep import read_rows
+    from fabric.experiments.sweep import read_rows
     if Path(path).suffix not in (".csv", ".parquet"):
         raise ConfigError(f"{path}: a fabric-sweep output is .csv or .parquet")
     try:
@@ -107,7 +107,7 @@ def collective(results: list[tuple[str, dict | list]], out: str, measured: str |
         ax_t.plot(x, [r["time_us"] for r in rows], marker="o", ms=3, label=label)
         ax_b.plot(x, [r["busbw_gbps"] for r in rows], marker="o", ms=3, label=label)
     if measured:
-        from fabric.tools import nccl_tests
+        from fabric.experiments import nccl_tests
         table = nccl_tests.read(measured)
         rows = sorted(table.rows, key=lambda r: r.size)
         name = f"measured: {Path(measured).name}"
