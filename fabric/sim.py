@@ -232,9 +232,15 @@ def estimate(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
         events = EVENTS_PER_TASK * n_tasks
     arr_B = sum(v.nbytes for v in list(t.values()) + list(g.values()) if isinstance(v, np.ndarray))
     n_ch = len(t.get("ch_src", ())) if t.get("ch_src") is not None else 0
-    flits = (cfg.link.credit_flits or 64) * cfg.link.vcs + (cfg.link.replay_buffer_flits or 64)
-    memory_B = (2 * arr_B + 16 * R * R + 128 * n_xfer
-                + (n_ch * flits * 64 if engine == "packet" else 0) + (64 << 20))
+    buffered_B = 0
+    if engine == "packet" and n_ch:
+        # full link buffers at the sizes the kernel gets (auto ones resolved, as flow_control does for the run): one
+        # 64-B record per flit slot, but never more than the packets can fill (each packet one buffer slot at a
+        # time, plus a replay-ring unit on each hop it has crossed)
+        fc = flow_control(cfg, topo, warn=False)
+        flits = fc["credit_flits"] * cfg.link.vcs + fc["replay_buffer_flits"]
+        buffered_B = min(n_ch * flits, 2 * packet_hops) * 64
+    memory_B = 2 * arr_B + 16 * R * R + 128 * n_xfer + buffered_B + (64 << 20)
     # the latest time any task could end: every task back to back, every byte over the slowest channel
     ppb = float(np.max(t["ch_ps_per_byte"])) if len(t.get("ch_ps_per_byte", ())) else 0.0
     lat = float(np.max(t["ch_latency_ps"])) if len(t.get("ch_latency_ps", ())) else 0.0
