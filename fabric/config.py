@@ -102,7 +102,7 @@ class LinkConfig(Section):
                                      reason="auto = max over channels of (ceil(1.25 x R / T) + 1) x F, R = Ack round "
                                             "trip (first flit + PHY/wire latency + Ack coalescing, min(ack_timer_ns, "
                                             "ack_every_packets x T) + one flit and PHY/wire latency back), T and F "
-                                            "as for credit_flits, 25% margin, + 1 packet the sender checks room for "
+                                            "as for credit_pool_flits, 25% margin, + 1 packet the sender checks room for "
                                             "(fabric/phy.py replay_buffer_needs); an explicit value that caps a "
                                             "channel warns")
     ack_every_packets: int = param(8, unit="packets", lo=1, hi=4096,
@@ -122,7 +122,7 @@ class LinkConfig(Section):
                               reason="a fast recovery of a short copper link takes microseconds")
     vcs: int = param(2, unit="VCs", lo=1, hi=8, help="virtual channels per link (requests, responses, ...)",
                      reason="requests and responses on separate VCs avoid protocol deadlock")
-    credit_flits: int = param(0, unit="flits", lo=0, hi=1 << 20,
+    credit_pool_flits: int = param(0, unit="flits", lo=0, hi=1 << 20, was="link.credit_flits",
                               help="receive buffer per VC, advertised as flit credits (one credit = one flit slot); "
                                    "0 = auto: sized from the fabric so that every channel runs at its rate and a "
                                    "switch input holds that for each output it feeds",
@@ -609,9 +609,9 @@ def _cross_check(c: FabricConfig) -> None:
                           f"phy.flit_bytes={c.phy.flit_bytes}")
     largest = max(c.txn.max_payload_bytes, c.txn.max_read_request_bytes)
     need = packet_flits(c, largest)
-    if c.link.credit_flits and need > c.link.credit_flits:     # 0 = auto (fabric.sim.flow_control)
-        raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits of buffer but link.credit_flits="
-                          f"{c.link.credit_flits}; raise link.credit_flits to >= {need} or lower the payload")
+    if c.link.credit_pool_flits and need > c.link.credit_pool_flits:     # 0 = auto (fabric.sim.flow_control)
+        raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits of buffer but link.credit_pool_flits="
+                          f"{c.link.credit_pool_flits}; raise link.credit_pool_flits to >= {need} or lower the payload")
     if c.endpoint.e2e_window_bytes and c.endpoint.e2e_window_bytes < c.txn.max_payload_bytes:
         raise ConfigError(f"endpoint.e2e_window_bytes={c.endpoint.e2e_window_bytes} is smaller than one packet "
                           f"(txn.max_payload_bytes={c.txn.max_payload_bytes}); raise it to >= "

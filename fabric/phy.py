@@ -204,7 +204,7 @@ def path_terms(cfg, topo, chans, payload_B: int, packets: int) -> dict:
 # ---------------------------------------------------------------- flow control sized from the fabric
 #
 # The kernel takes one credit pool (flits per VC of every channel) and one end-to-end window (bytes per source-
-# destination pair). `link.credit_flits = 0` and `endpoint.e2e_window_bytes = 0` mean "auto": the value that lets
+# destination pair). `link.credit_pool_flits = 0` and `endpoint.e2e_window_bytes = 0` mean "auto": the value that lets
 # every channel and every pair of this topology run at its rate, from the round trips below, which follow the
 # kernel's events (pyx/fabric/_kernel/datalink.pxi, endpoint.pxi) at zero load.
 
@@ -289,12 +289,12 @@ def credit_pool_needs(cfg, topo, margin: float = FC_MARGIN):
     return P * np.ceil(margin * R / T - 1e-9).astype(np.int64) * buffer_outputs(topo)
 
 
-def credit_rate_fraction(cfg, topo, credit_flits: int):
-    """Per channel, the fraction of its rate a pool of `credit_flits` allows (1 = not capped)."""
+def credit_rate_fraction(cfg, topo, credit_pool_flits: int):
+    """Per channel, the fraction of its rate a pool of `credit_pool_flits` allows (1 = not capped)."""
     import numpy as np
     R, T = credit_round_trips(cfg, topo)
     P = packet_flits(cfg, cfg.txn.max_payload_bytes)
-    return np.minimum(1.0, (credit_flits // P) * T / R)
+    return np.minimum(1.0, (credit_pool_flits // P) * T / R)
 
 
 def ack_round_trips(cfg, topo):

@@ -92,7 +92,7 @@ def _needs(cfg: FabricConfig, topo) -> dict:
         return hit[1]
     arrays = as_arrays(topo)
     need_w, B, _ = phy.e2e_window_needs(cfg, arrays)
-    got = dict(credit_flits=phy.credit_pool_needs(cfg, arrays),
+    got = dict(credit_pool_flits=phy.credit_pool_needs(cfg, arrays),
                replay_buffer_flits=phy.replay_buffer_needs(cfg, arrays),
                e2e_window_B=need_w, pair_rate=B)
     try:
@@ -119,7 +119,7 @@ def flow_control(cfg: FabricConfig, topo, *, warn: bool = True) -> dict:
     largest = phy.packet_flits(cfg, max(cfg.txn.max_payload_bytes, cfg.txn.max_read_request_bytes))
     out = {}
     for key, value, fraction, unit in (
-            ("credit_flits", cfg.link.credit_flits, phy.credit_rate_fraction, "flits"),
+            ("credit_pool_flits", cfg.link.credit_pool_flits, phy.credit_rate_fraction, "flits"),
             ("replay_buffer_flits", cfg.link.replay_buffer_flits, phy.replay_rate_fraction, "flits")):
         need = needs[key]
         auto = max(int(need.max()) if len(need) else 0, largest)
@@ -162,7 +162,7 @@ def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> di
     if engine == "analytic":
         from fabric import phy as phymod
         largest = phymod.packet_flits(cfg, max(txn.max_payload_bytes, txn.max_read_request_bytes))
-        fc = dict(credit_flits=link.credit_flits or largest, replay_buffer_flits=link.replay_buffer_flits or largest,
+        fc = dict(credit_pool_flits=link.credit_pool_flits or largest, replay_buffer_flits=link.replay_buffer_flits or largest,
                   e2e_window_B=ep.e2e_window_bytes or txn.max_payload_bytes)
     else:
         from fabric.network import shared
@@ -170,7 +170,7 @@ def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> di
     return dict(
         seq_bits=link.seq_bits, replay_buffer_flits=fc["replay_buffer_flits"], ack_every=link.ack_every_packets,
         ack_ps=ps(link.ack_timer_ns), replay_ps=ps(link.replay_timer_ns), replay_limit=link.replay_limit,
-        retrain_ps=ps(link.retrain_ns), credit_flits=fc["credit_flits"], update_flits=link.credit_update_flits,
+        retrain_ps=ps(link.retrain_ns), credit_pool_flits=fc["credit_pool_flits"], update_flits=link.credit_update_flits,
         update_ps=ps(link.credit_update_ns), refresh_ps=ps(link.credit_refresh_ns),
         header_B=txn.header_bytes, max_payload_B=txn.max_payload_bytes, mrrs_B=txn.max_read_request_bytes,
         read_tags=txn.read_tags, flit_B=phy.flit_bytes, flit_overhead_B=phy.flit_overhead_bytes,
@@ -238,7 +238,7 @@ def estimate(cfg: FabricConfig, topo, graph, engine: str = "packet") -> dict:
         # 64-B record per flit slot, but never more than the packets can fill (each packet one buffer slot at a
         # time, plus a replay-ring unit on each hop it has crossed)
         fc = flow_control(cfg, topo, warn=False)
-        flits = fc["credit_flits"] * cfg.link.vcs + fc["replay_buffer_flits"]
+        flits = fc["credit_pool_flits"] * cfg.link.vcs + fc["replay_buffer_flits"]
         buffered_B = min(n_ch * flits, 2 * packet_hops) * 64
     memory_B = 2 * arr_B + 16 * R * R + 128 * n_xfer + buffered_B + (64 << 20)
     # the latest time any task could end: every task back to back, every byte over the slowest channel

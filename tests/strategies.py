@@ -41,7 +41,7 @@ def link_configs(draw, max_ber=1e-4):
         "txn.read_tags": draw(st.integers(1, 16)),
         "phy.ber": ber,
         "link.seq_bits": draw(st.integers(2, 12)),
-        "link.credit_flits": draw(st.integers(flits, 64)),
+        "link.credit_pool_flits": draw(st.integers(flits, 64)),
         "link.replay_buffer_flits": draw(st.integers(flits, 64)),
         "link.ack_every_packets": draw(st.integers(1, 16)),
         "link.credit_update_flits": draw(st.integers(1, 16)),
@@ -95,7 +95,7 @@ def fabric_case(draw):
     payload = draw(st.sampled_from([64, 256, 1024]))
     over.update({"txn.max_payload_bytes": payload, "txn.max_read_request_bytes": payload,
                  "txn.read_tags": draw(st.integers(1, 8)),
-                 "link.credit_flits": draw(st.integers(5, 32)), "link.replay_buffer_flits": draw(st.integers(5, 32)),
+                 "link.credit_pool_flits": draw(st.integers(5, 32)), "link.replay_buffer_flits": draw(st.integers(5, 32)),
                  "link.seq_bits": draw(st.integers(3, 12)),
                  "endpoint.e2e_window_bytes": draw(st.integers(payload, 8 * payload)),
                  "phy.ber": draw(st.sampled_from([0.0, 1e-7, 1e-6, 2e-5])),

@@ -38,9 +38,9 @@ def test_link_reports_framing_at_any_size_and_pre_and_post_fec_rates(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["link", "--set", "phy.fec_n=544", "--set", "phy.fec_k=600"], "phy.fec_n"),
     (["link", "--set", "phy.lane_rate_gbps=-5"], "phy.lane_rate_gbps"),
-    (["link", "--set", "link.credit_flits=-1"], "link.credit_flits"),
-    (["link", "--set", "link.credit_flits=8"], "link.credit_flits"),
-    (["link", "--set", "txn.max_payload_bytes=65536", "--set", "link.credit_flits=128"], "link.credit_flits"),
+    (["link", "--set", "link.credit_pool_flits=-1"], "link.credit_pool_flits"),
+    (["link", "--set", "link.credit_pool_flits=8"], "link.credit_pool_flits"),
+    (["link", "--set", "txn.max_payload_bytes=65536", "--set", "link.credit_pool_flits=128"], "link.credit_pool_flits"),
     (["link", "--set", "txn.max_payload_bytes=65536", "--set", "link.replay_buffer_flits=256"],
      "link.replay_buffer_flits"),
     (["link", "--ber", "1.5"], "phy.ber"),

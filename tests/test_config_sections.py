@@ -55,6 +55,7 @@ def test_every_old_flat_key_sets_its_new_keys(old, fresh, capsys):
     f = C._field(new[0])
     value = f.metadata["choices"][-1] if f.metadata["choices"] else {
         bool: True, str: "3x2x1" if "dims" in old else "4,4", int: 3, float: 0.5}[type(f.default)]
+    value = {"link.credit_flits": 4096}.get(old, value)     # a pool must hold the largest packet
     cfg = C.load_config(overrides={old: value})
     for key in new:
         node = cfg

@@ -20,7 +20,7 @@ def check_delivery(cfg, topo, graph, r):
                                    cfg.txn.max_payload_bytes)
         assert int(xf["csum"][i]) == expect, f"transfer {i}: bytes landed wrong"
     ls = r.link_state
-    assert (ls["credits_available"] == ls["credit_pool"]).all() and (ls["buffer_occupancy"] == 0).all()
+    assert (ls["credits_available"] == ls["credit_pool_flits"]).all() and (ls["buffer_occupancy"] == 0).all()
     assert r.counters["credit_errors"].sum() == 0
 
 

@@ -33,7 +33,7 @@ def check_exactly_once(cfg, r):
     dead = np.zeros(len(ls["replay_count"]), bool)
     dead[[i for i in range(len(dead)) if ls["down_until_ps"][i] == np.iinfo(np.int64).max]] = True
     assert (ls["buffer_occupancy"] == 0).all() and (ls["replay_count"] == 0).all()
-    assert (ls["credits_available"][~dead] == ls["credit_pool"]).all()
+    assert (ls["credits_available"][~dead] == ls["credit_pool_flits"]).all()
     assert r.counters["credit_errors"].sum() == 0
 
 

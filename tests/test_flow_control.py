@@ -10,7 +10,7 @@ from fabric.network import build
 from fabric.experiments.probe_link import probe_link
 
 FAST = {"phy.lanes": 32, "phy.lane_rate_gbps": 112.0}          # 448 GB/s per direction
-OLD = {"link.credit_flits": 128, "link.replay_buffer_flits": 256, "endpoint.e2e_window_bytes": 131072}
+OLD = {"link.credit_pool_flits": 128, "link.replay_buffer_flits": 256, "endpoint.e2e_window_bytes": 131072}
 
 
 def fc(preset, overrides=None, warn=False):
@@ -25,24 +25,24 @@ def fresh_warnings(monkeypatch):
 
 def test_defaults_are_auto():
     cfg = load_config()
-    assert cfg.link.credit_flits == 0 and cfg.link.replay_buffer_flits == 0 and cfg.endpoint.e2e_window_bytes == 0
+    assert cfg.link.credit_pool_flits == 0 and cfg.link.replay_buffer_flits == 0 and cfg.endpoint.e2e_window_bytes == 0
     params = sim.kernel_params(cfg)
-    assert params["credit_flits"] > 0 and params["replay_buffer_flits"] > 0 and params["e2e_window_B"] > 0
+    assert params["credit_pool_flits"] > 0 and params["replay_buffer_flits"] > 0 and params["e2e_window_B"] > 0
 
 
 def test_auto_values_scale_with_rate():
     base, fast = fc("link"), fc("link", FAST)
-    assert fast["credit_flits"] > 2 * base["credit_flits"]
+    assert fast["credit_pool_flits"] > 2 * base["credit_pool_flits"]
     assert fast["replay_buffer_flits"] > base["replay_buffer_flits"]
     assert fast["e2e_window_B"] > base["e2e_window_B"]
 
 
 def test_auto_values_scale_with_latency():
     base, long_ = fc("link"), fc("link", {"phy.cable_m": 40.0})
-    assert long_["credit_flits"] > 2 * base["credit_flits"]
+    assert long_["credit_pool_flits"] > 2 * base["credit_pool_flits"]
     assert long_["replay_buffer_flits"] > 2 * base["replay_buffer_flits"]
     slow_switch = fc("sd200", {"switch.latency_ns": 1000.0})
-    assert slow_switch["credit_flits"] > fc("sd200")["credit_flits"]
+    assert slow_switch["credit_pool_flits"] > fc("sd200")["credit_pool_flits"]
     assert slow_switch["e2e_window_B"] > 3 * fc("sd200")["e2e_window_B"]
 
 
@@ -63,7 +63,7 @@ def test_sd200_auto_values_cover_the_round_trips():
     got = fc("sd200")
     # 64 GB/s x 224 ns credit round trip = 14.3 KiB = 3.4 packets of 17 flits -> x1.25 -> 5 packets, for each of
     # the 21 other ports of a domain switch (16 accelerator ports + 6 mesh links, less the way back)
-    assert got["credit_flits"] == 85 * 21
+    assert got["credit_pool_flits"] == 85 * 21
     # the old 128 KiB window held a two-port pair (124 GB/s of payload, 1.15 us data + grant) to ~63%
     assert 200_000 < got["e2e_window_B"] < 300_000
     capped = fc("sd200", {"endpoint.e2e_window_bytes": 131072})
@@ -83,30 +83,30 @@ def test_switch_inputs_hold_a_round_trip_per_output():
     link = load_config("link")
     R, T = phy.credit_round_trips(link, build(link))
     P = phy.packet_flits(link, link.txn.max_payload_bytes)
-    assert fc("link")["credit_flits"] == P * int(np.ceil(phy.FC_MARGIN * R / T - 1e-9).max())
+    assert fc("link")["credit_pool_flits"] == P * int(np.ceil(phy.FC_MARGIN * R / T - 1e-9).max())
 
 
 def test_explicit_small_value_warns_once_naming_the_parameter(capsys):
-    cfg = load_config("link", overrides={**FAST, "link.credit_flits": 64})
+    cfg = load_config("link", overrides={**FAST, "link.credit_pool_flits": 64})
     topo = build(cfg)
     sim.kernel_params(cfg, topo)
     sim.kernel_params(cfg, topo)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert err[0].startswith("warning: link.credit_flits=64 caps acc0->acc1 at ")
+    assert err[0].startswith("warning: link.credit_pool_flits=64 caps acc0->acc1 at ")
     assert "of 448 GB/s" in err[0] and "use 0 (auto" in err[0]
 
 
 def test_no_warnings_silences_a_cap_set_on_purpose_only_inside(capsys):
     """fabric-validate's sensitivity points halve the credit pool on purpose: no warning inside sim.no_warnings(),
     and the same config still warns outside it (nothing was remembered as already said)."""
-    cfg = load_config("link", overrides={**FAST, "link.credit_flits": 64})
+    cfg = load_config("link", overrides={**FAST, "link.credit_pool_flits": 64})
     topo = build(cfg)
     with sim.no_warnings():
         sim.kernel_params(cfg, topo)
     assert capsys.readouterr().err == ""
     sim.kernel_params(cfg, topo)
-    assert capsys.readouterr().err.startswith("warning: link.credit_flits=64 caps")
+    assert capsys.readouterr().err.startswith("warning: link.credit_pool_flits=64 caps")
 
 
 def test_explicit_window_warns_naming_the_pair(capsys):
@@ -117,10 +117,10 @@ def test_explicit_window_warns_naming_the_pair(capsys):
 
 
 def test_explicit_large_value_is_silent(capsys):
-    cfg = load_config("link", overrides={"link.credit_flits": 4096, "link.replay_buffer_flits": 4096,
+    cfg = load_config("link", overrides={"link.credit_pool_flits": 4096, "link.replay_buffer_flits": 4096,
                                          "endpoint.e2e_window_bytes": 1 << 24})
     params = sim.kernel_params(cfg, build(cfg))
-    assert params["credit_flits"] == 4096 and params["e2e_window_B"] == 1 << 24
+    assert params["credit_pool_flits"] == 4096 and params["e2e_window_B"] == 1 << 24
     assert capsys.readouterr().err == ""
 
 
@@ -128,9 +128,9 @@ def test_auto_is_silent_and_predicted_cap_matches_the_kernel(capsys):
     """The warning's figure is what the link probe then measures (within the framing and a few %)."""
     long_fast = {**FAST, "phy.cable_m": 10.0}
     got = fc("link", {**long_fast, **OLD})
-    cap = got["credit_flits_cap"]["gbps"]
+    cap = got["credit_pool_flits_cap"]["gbps"]
     measured = probe_link(load_config("link", overrides={**long_fast, "link.replay_buffer_flits": 4096,
-                                                         "link.credit_flits": 128}), packets=3000)
+                                                         "link.credit_pool_flits": 128}), packets=3000)
     assert measured["goodput_gbps"] / 8 == pytest.approx(cap * phy.payload_efficiency(load_config()), rel=0.05)
 
 
@@ -148,7 +148,7 @@ def test_fast_long_link_was_capped_by_the_old_defaults(capsys):
     got = probe_link(cfg, packets=3000)
     assert got["goodput_gbps"] < 0.5 * got["raw_gbps"]
     err = capsys.readouterr().err
-    assert "link.credit_flits=128 caps acc0->acc1" in err and "link.replay_buffer_flits=256 caps" in err
+    assert "link.credit_pool_flits=128 caps acc0->acc1" in err and "link.replay_buffer_flits=256 caps" in err
 
 
 def test_fast_switch_port_reaches_its_rate():
@@ -164,10 +164,10 @@ def test_fast_switch_port_reaches_its_rate():
 
 def test_config_rejects_negative_and_too_small_values():
     from fabric.errors import ConfigError
-    with pytest.raises(ConfigError, match="link.credit_flits"):
-        load_config(overrides={"link.credit_flits": -1})
-    with pytest.raises(ConfigError, match="link.credit_flits"):
-        load_config(overrides={"link.credit_flits": 8})
+    with pytest.raises(ConfigError, match="link.credit_pool_flits"):
+        load_config(overrides={"link.credit_pool_flits": -1})
+    with pytest.raises(ConfigError, match="link.credit_pool_flits"):
+        load_config(overrides={"link.credit_pool_flits": 8})
     with pytest.raises(ConfigError, match="endpoint.e2e_window_bytes"):
         load_config(overrides={"endpoint.e2e_window_bytes": 100})
 
@@ -185,7 +185,7 @@ def test_analytic_engine_ignores_flow_control(credit, replay, window):
     ref = kernel.Engine(sim.kernel_params(base, topo), sim.as_arrays(topo), graph, True)
     ref.run()
     largest = phy.packet_flits(base, base.txn.max_payload_bytes)
-    cfg = load_config("sd200", overrides={"link.credit_flits": credit * 4 * largest,
+    cfg = load_config("sd200", overrides={"link.credit_pool_flits": credit * 4 * largest,
                                           "link.replay_buffer_flits": replay * 4 * largest,
                                           "endpoint.e2e_window_bytes": window * 65536})
     eng = kernel.Engine(sim.kernel_params(cfg, topo, engine="analytic"), sim.as_arrays(topo), graph, True)

@@ -37,7 +37,7 @@ def check_clean_end(cfg, graph, result):
     assert t["packets_live"] == 0
     assert np.array_equal(result.transfers["delivered_B"], result.transfers["total_B"])
     ls = result.link_state
-    assert (ls["credits_available"] == ls["credit_pool"]).all(), "credits end where they started"
+    assert (ls["credits_available"] == ls["credit_pool_flits"]).all(), "credits end where they started"
     assert (ls["buffer_occupancy"] == 0).all()
     assert (ls["replay_count"] == 0).all()
     assert result.counters["credit_errors"].sum() == 0, "credits never negative nor above the pool"
@@ -127,8 +127,8 @@ class LinkMachine(RuleBasedStateMachine):
         if not hasattr(self, "eng"):
             return
         ls = self.eng.link_state()
-        assert (ls["credits_available"] >= 0).all() and (ls["credits_available"] <= ls["credit_pool"]).all()
-        assert (ls["buffer_occupancy"] >= 0).all() and (ls["buffer_occupancy"] <= ls["credit_pool"]).all()
+        assert (ls["credits_available"] >= 0).all() and (ls["credits_available"] <= ls["credit_pool_flits"]).all()
+        assert (ls["buffer_occupancy"] >= 0).all() and (ls["buffer_occupancy"] <= ls["credit_pool_flits"]).all()
         t = self.eng.totals()
         assert t["duplicates"] == 0 and t["out_of_order"] == 0
         assert t["delivered"] >= self.delivered

@@ -35,7 +35,7 @@ def check_accounting(cfg, graph, r):
                                    cfg.txn.max_payload_bytes)
         assert int(xf["csum"][i]) == expect, f"transfer {i}: bytes landed wrong"
     # link credits: all returned, never negative nor above the pool
-    assert (ls["credits_available"] == ls["credit_pool"]).all(), "credits end where they started"
+    assert (ls["credits_available"] == ls["credit_pool_flits"]).all(), "credits end where they started"
     assert (ls["buffer_occupancy"] == 0).all(), "receive buffers drained"
     assert c["credit_errors"].sum() == 0
     # replay buffers: empty, every unit sent was accepted and acknowledged

@@ -12,7 +12,7 @@ from fabric.network import build
 from fabric.taskgraph import transfer_graph
 
 RING = {"topology.kind": "accel_torus", "topology.accel_mesh.mesh_dims": "5",
-        "topology.accel_mesh.links_per_neighbor": 1, "link.credit_flits": 40, "txn.max_payload_bytes": 256}
+        "topology.accel_mesh.links_per_neighbor": 1, "link.credit_pool_flits": 40, "txn.max_payload_bytes": 256}
 
 
 def ring_two_hops_each(cfg, topo, **kw):

@@ -31,12 +31,17 @@ from fabric.trace import default_trace_path
 SMALL = {"txn.max_payload_bytes": 256, "txn.max_read_request_bytes": 256}
 
 
+_HASHED_AS = {"credit_pool_flits": "credit_pool"}
+
+
 def _digest(eng: "kernel.Engine", addressed: bool = False) -> dict:
     h = hashlib.sha256()
     start, end = eng.task_times()
     parts = {"start": start, "end": end}
     parts.update({"c_" + k: v for k, v in eng.counters().items()})
-    parts.update({"l_" + k: np.asarray(v) for k, v in eng.link_state().items()})
+    # link_state's credit_pool_flits was credit_pool (renamed in issue 29 part 5): hashed under its old name, so the
+    # hashes stay comparable across the rename
+    parts.update({"l_" + _HASHED_AS.get(k, k): np.asarray(v) for k, v in eng.link_state().items()})
     parts.update({"x_" + k: np.asarray(v) for k, v in eng.transfers().items()})
     for k in sorted(parts):
         h.update(k.encode())

@@ -488,12 +488,12 @@ SENSITIVITY = (  # (label, parameter or "chip.per_kernel_ns", base value getter)
     ("link rate (phy.lane_rate_gbps)", "phy.lane_rate_gbps"),
     ("switch latency (switch.latency_ns)", "switch.latency_ns"),
     ("BER (phy.ber)", "phy.ber"),
-    ("credit pool (link.credit_flits)", "link.credit_flits"),
+    ("credit pool (link.credit_pool_flits)", "link.credit_pool_flits"),
     ("fixed kernel cost (chip launch.queue_ns)", "chip.per_kernel_ns"),
 )
 
 
-_AUTO = {"link.credit_flits": "credit_flits", "link.replay_buffer_flits": "replay_buffer_flits",
+_AUTO = {"link.credit_pool_flits": "credit_pool_flits", "link.replay_buffer_flits": "replay_buffer_flits",
          "endpoint.e2e_window_bytes": "e2e_window_B"}
 
 

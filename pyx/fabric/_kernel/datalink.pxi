@@ -216,10 +216,10 @@ cdef int on_ctrl(SimC* s, EventC* e) except -1 nogil:
         s.k[ch].ctrl_lost += 1
         return 0
     if kind == C_UPDATEFC:
-        lim = e.y + s.pool_flits
+        lim = e.y + s.credit_pool_flits
         if lim > s.cvs[cv(s, ch, vc)].cr_limit:
             s.cvs[cv(s, ch, vc)].cr_limit = lim
-        if s.cvs[cv(s, ch, vc)].cr_limit - s.cvs[cv(s, ch, vc)].cr_used > s.pool_flits:
+        if s.cvs[cv(s, ch, vc)].cr_limit - s.cvs[cv(s, ch, vc)].cr_used > s.credit_pool_flits:
             s.k[ch].credit_errors += 1
         if not s.c[ch].cr_short:                # no head of idle ch was short of credits at its last arbitration
             return try_send_if_unsettled(s, ch)
@@ -285,7 +285,7 @@ cdef int on_arrive(SimC* s, EventC* e) except -1 nogil:
     pk = &s.pk[p]
     pk.offset_B |= hit << (PK_DAMAGED_BIT - 32)     # the bytes kept are those that came: a corrupted unit let in
     s.cvs[cv(s, ch, pk.vc)].occ += pk.flits          # changes its transfer's checksum at delivery (tests catch it)
-    if s.cvs[cv(s, ch, pk.vc)].occ > s.pool_flits:
+    if s.cvs[cv(s, ch, pk.vc)].occ > s.credit_pool_flits:
         s.k[ch].credit_errors += 1
     pk.in_ch = ch
     pk.tail_ps = tail
@@ -353,7 +353,7 @@ cdef int on_refresh(SimC* s, int32_t ch) except -1 nogil:
     if s.c[ch].down_until == INT64_MAX:    # no UpdateFC crosses a dead link; its revival resynchronises the credits
         return 0
     for vc in range(s.nvc):
-        if s.cvs[cv(s, ch, vc)].cr_limit < s.cvs[cv(s, ch, vc)].freed + s.pool_flits:
+        if s.cvs[cv(s, ch, vc)].cr_limit < s.cvs[cv(s, ch, vc)].freed + s.credit_pool_flits:
             send_update(s, ch, vc)
     return 0
 

@@ -134,7 +134,7 @@ cdef int revive_channel(SimC* s, int32_t ch) except -1:
     c.cr_dirty = 0
     for vc in range(s.nvc):
         i = cv(s, ch, vc)
-        s.cvs[i].cr_limit = s.cvs[i].freed + s.pool_flits
+        s.cvs[i].cr_limit = s.cvs[i].freed + s.credit_pool_flits
         s.cvs[i].freed_sent = s.cvs[i].freed
     return try_send(s, ch)
 

@@ -80,7 +80,7 @@ cdef int setup_params(SimC* s, dict p, dict topo, bint analytic, bint skip_settl
     s.ring_mask = s.ring_cap - 1
     s.ack_every = int(p["ack_every"]); s.ack_ps = int(p["ack_ps"]); s.replay_ps = int(p["replay_ps"])
     s.replay_limit = int(p["replay_limit"]); s.retrain_ps = int(p["retrain_ps"])
-    s.pool_flits = int(p["credit_flits"]); s.update_flits = int(p["update_flits"])
+    s.credit_pool_flits = int(p["credit_pool_flits"]); s.update_flits = int(p["update_flits"])
     s.update_ps = int(p["update_ps"]); s.refresh_ps = int(p["refresh_ps"])
     s.hdr_B = int(p["header_B"]); s.maxp_B = int(p["max_payload_B"]); s.mrrs_B = int(p["mrrs_B"])
     s.flit_B = int(p["flit_B"]); s.flitpay_B = int(p["flit_B"]) - int(p["flit_overhead_B"])
@@ -140,7 +140,7 @@ cdef int setup_channels(SimC* s, dict keep, dict p, dict topo) except -1:
     assert sizeof(ChanC) == 320 and sizeof(XferC) == 128 and sizeof(PacketC) == 64
     assert sizeof(CntC) == 8 * 24 and sizeof(CvC) == 8 * len(CV_COLS)
     cvt = line_aligned_zeros(max(C * V, 1), sizeof(CvC) // 8)
-    cvt[:, CV_COLS.index("cr_limit")] = s.pool_flits
+    cvt[:, CV_COLS.index("cr_limit")] = s.credit_pool_flits
     keep["cv"] = cvt
     s.cvs = <CvC*>cnp.PyArray_DATA(cvt)
     keep["k"] = line_aligned_zeros(max(C, 1), sizeof(CntC) // 8)

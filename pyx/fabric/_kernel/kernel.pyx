@@ -304,7 +304,7 @@ cdef class Engine:
         cvt = self._keep["cv"]
         out = dict(
             credits_available=(cvt[:, CV_COLS.index("cr_limit")] - cvt[:, CV_COLS.index("cr_used")]).reshape(C, V),
-            credit_pool=self.s.pool_flits,
+            credit_pool_flits=self.s.credit_pool_flits,
             replay_count=np.zeros(n, np.int32), buffer_occupancy=cvt[:, CV_COLS.index("occ")].reshape(C, V).copy(),
             expected_seq=np.zeros(n, np.int32), next_seq=np.zeros(n, np.int32), down_until_ps=np.zeros(n, np.int64))
         for i in range(C):

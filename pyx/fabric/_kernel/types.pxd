@@ -351,7 +351,7 @@ cdef struct SimC:
     ps_t replay_ps                 # replay timer
     int32_t replay_limit           # replays without progress before the link retrains
     ps_t retrain_ps                # how long a retrain takes the link down
-    int64_t pool_flits             # credits (receive buffer slots) per (channel, VC)
+    int64_t credit_pool_flits      # credits (receive buffer slots) per (channel, VC)
     int32_t update_flits           # an UpdateFC at the latest every this many flits freed
     ps_t update_ps                 # ... or this long after the first unannounced one
     ps_t refresh_ps                # period of the cumulative credit refresh (recovers lost UpdateFCs)
