@@ -102,8 +102,8 @@ class LinkConfig(Section):
                                      reason="auto = max over channels of (ceil(1.25 x R / T) + 1) x F, R = Ack round "
                                             "trip (first flit + PHY/wire latency + Ack coalescing, min(ack_timer_ns, "
                                             "ack_every_packets x T) + one flit and PHY/wire latency back), T and F "
-                                            "as for credit_pool_flits, 25% margin, + 1 packet the sender checks room for "
-                                            "(fabric/phy.py replay_buffer_needs); an explicit value that caps a "
+                                            "as for credit_pool_flits, 25% margin, + 1 packet the sender checks room "
+                                            "for (fabric/phy.py replay_buffer_needs); an explicit value that caps a "
                                             "channel warns")
     ack_every_packets: int = param(8, unit="packets", lo=1, hi=4096,
                                    help="send a coalesced Ack after this many good packets",

@@ -162,7 +162,8 @@ def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> di
     if engine == "analytic":
         from fabric import phy as phymod
         largest = phymod.packet_flits(cfg, max(txn.max_payload_bytes, txn.max_read_request_bytes))
-        fc = dict(credit_pool_flits=link.credit_pool_flits or largest, replay_buffer_flits=link.replay_buffer_flits or largest,
+        fc = dict(credit_pool_flits=link.credit_pool_flits or largest,
+                  replay_buffer_flits=link.replay_buffer_flits or largest,
                   e2e_window_B=ep.e2e_window_bytes or txn.max_payload_bytes)
     else:
         from fabric.network import shared
@@ -170,7 +171,8 @@ def kernel_params(cfg: FabricConfig, topo=None, *, engine: str = "packet") -> di
     return dict(
         seq_bits=link.seq_bits, replay_buffer_flits=fc["replay_buffer_flits"], ack_every=link.ack_every_packets,
         ack_ps=ps(link.ack_timer_ns), replay_ps=ps(link.replay_timer_ns), replay_limit=link.replay_limit,
-        retrain_ps=ps(link.retrain_ns), credit_pool_flits=fc["credit_pool_flits"], update_flits=link.credit_update_flits,
+        retrain_ps=ps(link.retrain_ns), credit_pool_flits=fc["credit_pool_flits"],
+        update_flits=link.credit_update_flits,
         update_ps=ps(link.credit_update_ns), refresh_ps=ps(link.credit_refresh_ns),
         header_B=txn.header_bytes, max_payload_B=txn.max_payload_bytes, mrrs_B=txn.max_read_request_bytes,
         read_tags=txn.read_tags, flit_B=phy.flit_bytes, flit_overhead_B=phy.flit_overhead_bytes,

@@ -95,7 +95,8 @@ def fabric_case(draw):
     payload = draw(st.sampled_from([64, 256, 1024]))
     over.update({"txn.max_payload_bytes": payload, "txn.max_read_request_bytes": payload,
                  "txn.read_tags": draw(st.integers(1, 8)),
-                 "link.credit_pool_flits": draw(st.integers(5, 32)), "link.replay_buffer_flits": draw(st.integers(5, 32)),
+                 "link.credit_pool_flits": draw(st.integers(5, 32)),
+                 "link.replay_buffer_flits": draw(st.integers(5, 32)),
                  "link.seq_bits": draw(st.integers(3, 12)),
                  "endpoint.e2e_window_bytes": draw(st.integers(payload, 8 * payload)),
                  "phy.ber": draw(st.sampled_from([0.0, 1e-7, 1e-6, 2e-5])),
