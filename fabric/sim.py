@@ -348,14 +348,15 @@ def make_engine(cfg: FabricConfig, topo, graph, engine: str = "packet", *, retir
                 rank_map=None, checked: bool = False):
     """The kernel Engine that `run` drives, after the checks a run needs (check_run; checked=True: the caller ran
     them); the task graph's host addresses are translated (kernel_inputs) into an array the engine then packs its
-    transfers' addresses into (Engine own_addresses: no second copy)."""
+    transfers' addresses into (EngineOptions own_addresses: no second copy)."""
     topo_arrays, graph_arrays = as_arrays(topo), as_arrays(graph)
     if not checked:
         check_run(cfg, topo_arrays, graph_arrays, engine)
     kernel_graph, xlate = kernel_inputs(cfg, topo, graph_arrays, rank_map)
+    options = kernel.EngineOptions(retire_transfers=retire_transfers,
+                                   own_addresses=kernel_graph.get("host_addr") is not graph_arrays.get("host_addr"))
     return kernel.Engine(kernel_params(cfg, topo, engine=engine), topo_arrays, kernel_graph, engine == "analytic",
-                         xlate=xlate, retire_transfers=retire_transfers,
-                         own_addresses=kernel_graph.get("host_addr") is not graph_arrays.get("host_addr"))
+                         xlate=xlate, options=options)
 
 
 def run(cfg: FabricConfig, topo, graph, *, engine: str = "packet", faults=(), progress=None,
@@ -494,8 +495,9 @@ def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int 
     params = kernel_params(cfg, topo, engine=engine)
     shared_topo = dict(topo_arrays, **routes)
     # each part's graph is a fresh copy: its engine may pack its transfers' addresses into its host_addr
+    options = kernel.EngineOptions(retire_transfers=True, own_addresses=True)
     eng = parts.PartsRun(lambda g: kernel.Engine(params, shared_topo, g, engine == "analytic", xlate=xlate,
-                                                 retire_transfers=True, own_addresses=True),
+                                                 options=options),
                          planned[0], kernel_graph, planned[1], jobs)
     t0 = time.perf_counter()
     outcome = eng.run(slice_events, progress)

@@ -19,8 +19,8 @@ from strategies import fabric_case
 def run_engine(cfg, topo, graph, faults=(), event_lanes=16, lane_min_heap=0, slice_events=2**62, skip_settled=True,
                replay_ring_slots=16, phy_countdown=True):
     """lane_min_heap=0: events use their lanes from the start (the default, 64, keeps small runs in the heap)."""
-    eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), sim.as_arrays(graph), False, event_lanes,
-                        lane_min_heap, skip_settled, replay_ring_slots, phy_countdown)
+    options = kernel.EngineOptions(event_lanes, lane_min_heap, skip_settled, replay_ring_slots, phy_countdown)
+    eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), sim.as_arrays(graph), False, options=options)
     for kind, ch, n, k in faults:
         eng.add_fault(sim.FAULTS[kind], int(ch), int(n), int(k))
     while eng.run(max_events=slice_events) == kernel.PAUSED:
@@ -70,7 +70,7 @@ def test_lane_rings_shrink_back_after_a_burst():
     cfg = load_config(preset="mesh-4x4x4", overrides={"txn.max_payload_bytes": 256})
     topo = build(cfg)
     eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(topo), sim.as_arrays(all_to_all_graph(64, 256)),
-                        False, 16, 0)
+                        False, options=kernel.EngineOptions(event_lanes=16, lane_min_heap=0))
     eng.run(max_events=1)
     burst = eng.lane_slots
     assert burst >= 4096 + 256 and eng.pending_events >= 4032

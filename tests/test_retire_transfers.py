@@ -24,7 +24,7 @@ from strategies import fabric_case
 def run_engine(cfg, topo, graph, faults=(), retire=False):
     kgraph, xlate = sim.kernel_inputs(cfg, topo, sim.as_arrays(graph))
     eng = kernel.Engine(sim.kernel_params(cfg, topo), sim.as_arrays(topo), kgraph, False, xlate=xlate,
-                        retire_transfers=retire)
+                        options=kernel.EngineOptions(retire_transfers=retire))
     for kind, ch, n, k in faults:
         eng.add_fault(sim.FAULTS[kind], int(ch), int(n), int(k))
     while eng.run(max_events=50_000) == kernel.PAUSED:
@@ -92,7 +92,8 @@ def test_an_engine_that_retires_refuses_what_reads_every_record():
     cfg = load_config("mesh-4x4x4")
     topo = build(cfg)
     eng = kernel.Engine(sim.kernel_params(cfg, topo), sim.as_arrays(topo),
-                        sim.as_arrays(transfer_graph(0, 1, 4096)), False, retire_transfers=True)
+                        sim.as_arrays(transfer_graph(0, 1, 4096)), False,
+                        options=kernel.EngineOptions(retire_transfers=True))
     eng.run()
     with pytest.raises(RuntimeError, match="retire_transfers"):
         eng.transfers()

@@ -138,7 +138,7 @@ def test_engine_packing_addresses_into_kernel_inputs_array_changes_nothing(analy
     ends = []
     for own in (False, True):
         eng = kernel.Engine(sim.kernel_params(cfg, TOPO), sim.as_arrays(TOPO), dict(graph), analytic, xlate=tables,
-                            own_addresses=own)
+                            options=kernel.EngineOptions(own_addresses=own))
         while eng.run() == kernel.PAUSED:
             pass
         ends.append((eng.task_times()[1].copy(), eng.translations()))

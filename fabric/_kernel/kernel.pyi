@@ -16,11 +16,21 @@ COUNTERS: tuple[str, ...]
 CNT_COLS: tuple[str, ...]
 CV_COLS: tuple[str, ...]
 
-class Engine:
-    def __init__(self, p: dict, topo: dict, graph: dict, analytic: bool = ..., event_lanes: int = ...,
-                 lane_min_heap: int = ..., skip_settled: bool = ..., replay_ring_slots: int = ...,
-                 phy_countdown: bool = ..., xlate: dict | None = ..., retire_transfers: bool = ...,
+class EngineOptions:     # the speed and memory switches; none changes a result
+    event_lanes: int
+    lane_min_heap: int
+    skip_settled: bool
+    replay_ring_slots: int
+    phy_countdown: bool
+    retire_transfers: bool
+    own_addresses: bool
+    def __init__(self, event_lanes: int = ..., lane_min_heap: int = ..., skip_settled: bool = ...,
+                 replay_ring_slots: int = ..., phy_countdown: bool = ..., retire_transfers: bool = ...,
                  own_addresses: bool = ...) -> None: ...
+
+class Engine:
+    def __init__(self, p: dict, topo: dict, graph: dict, analytic: bool = ..., xlate: dict | None = ...,
+                 options: EngineOptions | None = ...) -> None: ...
     def add_fault(self, kind: int, ch: int, n: int, k: int = ...) -> None: ...
     def run(self, max_events: int = ..., until_ps: int = ...) -> int: ...  # until_ps default: no time limit
     # permanent faults (faults.pxi), between slices of a run

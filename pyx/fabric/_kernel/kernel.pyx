@@ -49,6 +49,43 @@ include "waits.pxi"      # after a stuck run: every queue's head, the cycle of c
 
 
 # ================================================================== Python-facing owner of the state
+class EngineOptions:
+    """The Engine's speed and memory switches: each turns one mechanism on or off and changes no result (each has
+    its equivalence test); the tests set them, a run takes the defaults (fabric.sim.make_engine sets the two memory
+    ones).
+    event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone);
+    lane_min_heap: events go to their lane only while the heap holds at least this many. Neither changes
+    results (tests/test_event_queue.py checks), only speed: lanes pay off once the heap is deep.
+    skip_settled: skip arbitrating channels that cannot send (see settled()); off, every event that may enable
+    a send arbitrates. It changes nothing either (tests/test_arbitration.py checks), only speed.
+    replay_ring_slots: replay ring slots per channel at the start (a power of two; they double when a channel's
+    unacknowledged units fill them, up to the window): storage, not a result (tests/test_replay_ring.py).
+    phy_countdown: units that end before their channel's next injected flit fault and bit error skip the PHY's
+    look (phy_unit); off, every unit gets it. Results are the same (tests/test_phy_countdown.py checks).
+    retire_transfers: (packet engine) build each transfer's record when its task is issued and release them, a
+    chunk at a time, once done: memory follows the transfers in flight (a decode step's layers), not all of
+    them (128 B each: 2 GB at 1024 ranks). Results are the same (tests/test_retire_transfers.py); transfers()
+    and permanent faults, which read every record, are then refused.
+    own_addresses: graph["host_addr"] is the engine's to reuse (sim.make_engine's, fresh from kernel_inputs): the
+    transfers' addresses are packed into its buffer, not into a second array (120 MB at 1024 ranks).
+    """
+    __slots__ = ("event_lanes", "lane_min_heap", "skip_settled", "replay_ring_slots", "phy_countdown",
+                 "retire_transfers", "own_addresses")
+
+    def __init__(self, event_lanes=MAX_LANES, lane_min_heap=64, skip_settled=True, replay_ring_slots=16,
+                 phy_countdown=True, retire_transfers=False, own_addresses=False):
+        self.event_lanes = int(event_lanes)
+        self.lane_min_heap = int(lane_min_heap)
+        self.skip_settled = bool(skip_settled)
+        self.replay_ring_slots = int(replay_ring_slots)
+        self.phy_countdown = bool(phy_countdown)
+        self.retire_transfers = bool(retire_transfers)
+        self.own_addresses = bool(own_addresses)
+
+    def __repr__(self):
+        return "EngineOptions(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
+
+
 cdef class Engine:
     """Owns the simulation state (C arrays) and runs the event loop without the GIL.
 
@@ -79,37 +116,22 @@ cdef class Engine:
         free(self.s.x_void)
         free(self.s.x_lost)
 
-    def __init__(self, dict p, dict topo, dict graph, bint analytic=False, int event_lanes=MAX_LANES,
-                 int64_t lane_min_heap=64, bint skip_settled=True, int32_t replay_ring_slots=16,
-                 bint phy_countdown=True, dict xlate=None, bint retire_transfers=False, bint own_addresses=False):
+    def __init__(self, dict p, dict topo, dict graph, bint analytic=False, dict xlate=None, options=None):
         """p: scalar parameters (ps, bytes, flits); topo: docs/contracts.md arrays; graph: TaskGraph arrays.
-        event_lanes: how many fixed-delay FIFOs may hold events beside the heap (0: the heap alone);
-        lane_min_heap: events go to their lane only while the heap holds at least this many. Neither changes
-        results (tests/test_event_queue.py checks), only speed: lanes pay off once the heap is deep.
-        skip_settled: skip arbitrating channels that cannot send (see settled()); off, every event that may enable
-        a send arbitrates. It changes nothing either (tests/test_arbitration.py checks), only speed.
-        replay_ring_slots: replay ring slots per channel at the start (a power of two; they double when a channel's
-        unacknowledged units fill them, up to the window): storage, not a result (tests/test_replay_ring.py).
-        phy_countdown: units that end before their channel's next injected flit fault and bit error skip the PHY's
-        look (phy_unit); off, every unit gets it. Results are the same (tests/test_phy_countdown.py checks).
         xlate: every host domain's shadow-window table (fabric.address.kernel_tables), for transfers the graph
         addresses (graph["host_addr"]); None: no table (every address is then an Unsupported Request).
-        retire_transfers: (packet engine) build each transfer's record when its task is issued and release them, a
-        chunk at a time, once done: memory follows the transfers in flight (a decode step's layers), not all of
-        them (128 B each: 2 GB at 1024 ranks). Results are the same (tests/test_retire_transfers.py); transfers()
-        and permanent faults, which read every record, are then refused.
-        own_addresses: graph["host_addr"] is the engine's to reuse (sim.make_engine's, fresh from kernel_inputs): the
-        transfers' addresses are packed into its buffer, not into a second array (120 MB at 1024 ranks)."""
+        options: the speed and memory switches (EngineOptions; None: its defaults), none of which changes a result."""
         cdef SimC* s = &self.s
-        setup_params(s, p, topo, analytic, skip_settled, phy_countdown, replay_ring_slots)
+        o = EngineOptions() if options is None else options
+        setup_params(s, p, topo, analytic, o.skip_settled, o.phy_countdown, o.replay_ring_slots)
         setup_channels(s, self._keep, p, topo)
         setup_nodes(s, self._keep, topo)
         setup_routes(s, self._keep, topo)
-        setup_event_queue(s, p, graph, event_lanes, lane_min_heap)
+        setup_event_queue(s, p, graph, o.event_lanes, o.lane_min_heap)
         setup_tasks(s, self._keep, p, graph)
         setup_packets(s)
         setup_xlate(s, self._keep, p, xlate)
-        setup_transfers(s, self._keep, graph, retire_transfers, own_addresses)
+        setup_transfers(s, self._keep, graph, o.retire_transfers, o.own_addresses)
 
     def add_fault(self, int kind, int ch, int64_t n, int64_t k=1):
         """Inject a deterministic fault (FAULT_* constants) on channel ch before run()."""
