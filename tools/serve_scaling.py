@@ -4,7 +4,7 @@
         [--check-requests 2000] [--refine 3] [--no-pd] [--no-saturation] [--sat-users 2048,4096] [--from FILE ...]
 
 DeepSeek-R1 on 16 and on 64 accelerators of the sd200 family (64: the preset "sd200"; 16: the same preset with its
-2x2x2 mesh of domain switches cut to 2x1x1, 2 host domains x 8: fabric.tools.serving.PRESET_16), analytic engine.
+2x2x2 mesh of domain switches cut to 2x1x1, 2 host domains x 8: fabric.experiments.serving.PRESET_16), analytic engine.
 Each size gets the best plan it can run out of a small searched space: tp=N, attn=dp,ep=N and attn=tp8,ep=N, each
 with BF16 and FP8 weights (INT4 only at a size where neither fits with any shape). A plan that does not fit in
 memory is refused by fabric.serve.Deployment (ConfigError): it is recorded as "does not fit" with the message.
@@ -58,7 +58,7 @@ PUBLISHED_SPEEDUP = 16.3                            # docs/sources.md §SD200 se
 
 def size_overrides(n: int) -> dict | None:
     """The sd200 preset's overrides for n accelerators (64: none; 16: two host domains of 8)."""
-    from fabric.tools.serving import PRESET_16
+    from fabric.experiments.serving import PRESET_16
     return dict(PRESET_16) if n == 16 else None
 
 
