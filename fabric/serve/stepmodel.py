@@ -11,7 +11,8 @@ while the routed experts see the tokens of all groups. The step time is modelled
 - n: tokens of the busiest group (decode + prefill), m: the mean over groups (n = m without data-parallel
   attention). Every GEMM, norm, router, expert and collective scales with them. S(m) is the simulated step of m
   decode tokens per group at context 0 (the whole pipeline), for m on N_GRID, linear between plus the bend of a
-  rank's summed kernel time there (captured on the finer N_FINE: the chord of a convex or concave curve misses it);
+  rank's summed kernel time there (captured on the finer N_FINE: the chord of a convex or concave curve misses it;
+  not under expert parallelism, where a capture costs as much as a simulated step);
 - G(n): a rank's summed kernel time outside the routed experts at n tokens, from the capture: what the busiest
   group adds to a step of m even tokens (its own kernels lie on the critical path, the experts' do not grow);
 - c: KV tokens the busiest group's decode attention reads per step token (the sum of its decode sequences'
@@ -86,8 +87,12 @@ class StepModel:
                  seed: int = 0, on_point=None):
         self.model, self.hf_config, self.spec, self.plan, self.chip = model, hf_config, spec, plan, chip
         self.cfg, self.engine, self.seed = cfg, engine, seed
-        self.on_point = on_point                   # called (steps simulated so far, seconds) after each
-        self.points: dict[tuple, Point | float] = {}   # ("s", n): simulated; ("k", n, c), ("b", n): captured
+        self.on_point = on_point                   # called (steps simulated so far, seconds) after each one
+        # ("s", n): simulated steps; ("k", n, c): kernel sums of captures; ("a", n, c), ("p", t, q): attention
+        self.points: dict[tuple, Point | dict | float] = {}
+        # kernel sums between simulated steps: on N_FINE where a capture is cheap; under expert parallelism a capture
+        # costs ~0.4 s (every rank's expert table), and the simulated grid's own captures serve (no bend)
+        self.kernel_grid = N_FINE if plan.ep == 1 else N_GRID
         self.sim_s = 0.0
 
     # ---------------------------------------------------------------- the pipeline
@@ -192,9 +197,10 @@ class StepModel:
         """Steps simulated on the engine so far."""
         return sum(1 for k in self.points if k[0] == "s")
 
-    def _on_grid(self, n: float, what: str, grid=N_FINE) -> float:
-        """A kernel sum of the decode step at context 0 (`what`: a _kernel_us key) on `grid`, linear between."""
-        lo, hi, w = self._n_bracket(n, grid)
+    def _on_grid(self, n: float, what: str, grid=None) -> float:
+        """A kernel sum of the decode step at context 0 (`what`: a _kernel_us key) on `grid` (default: the kernel
+        grid), linear between."""
+        lo, hi, w = self._n_bracket(n, grid or self.kernel_grid)
         a = self._kernels(lo, 0)[what]
         return a if w == 0 else (1 - w) * a + w * self._kernels(hi, 0)[what]
 
