@@ -98,3 +98,13 @@ def test_decode_attention_without_a_capture(model, tp, n, ctx):
     spec = spec_from_config(resolve_model(model)[1], model)
     got = decode_attention_ns(spec, Plan(tp=tp, batch=n, context=ctx, cost_model=chip.cost_model), chip)
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_least_outstanding_tokens_spreads_load_more_evenly_than_round_robin():
+    """Per-group imbalance (busiest over mean) of the tokens served and the KV held, under both balancers."""
+    run = dict(model="toy-mla", plan="attn=dp,ep=8", requests=200, seed=3,
+               workload="poisson:rate=2000,in=lognormal:200,1.0,out=uniform:1-40")
+    lot, rr = serve(**run, balance="least_tokens")["imbalance"], serve(**run, balance="round_robin")["imbalance"]
+    assert 1.0 <= lot["tokens_max_over_mean"] < rr["tokens_max_over_mean"]
+    assert 1.0 <= lot["kv_max_over_mean"] < rr["kv_max_over_mean"]
+    assert serve(**dict(run, plan="tp=8", requests=20))["imbalance"] == {}      # one group: nothing to balance

@@ -81,6 +81,12 @@ def render(r: dict) -> str:
         f"  batch                mean {r['batch_mean']:.1f}, max {r['batch_max']} sequences a step; KV use mean "
         f"{100 * r['kv_use_mean']:.1f} %, max {100 * r['kv_use_max']:.1f} %; queue max {r['queue_max']}",
         f"  preemptions          {r['preemptions']} ({r['requests_preempted']} requests recomputed)",
+    ]
+    imb = r.get("imbalance") or {}
+    if imb:
+        lines.append(f"  balance              {r['balance']}: busiest attention group "
+                     + ", ".join(f"{v:.2f}x the mean {k.split('_')[0].replace('kv', 'KV held')}" for k, v in imb.items()))
+    lines += [
         f"  fabric bytes         {b['tp_collectives'] / 1e9:.2f} GB TP collectives, {b['expert_alltoall'] / 1e9:.2f} "
         f"GB expert all-to-all, {b['other'] / 1e9:.2f} GB other"
         + (f", {b['kv_handover'] / 1e9:.2f} GB KV hand-over" if "kv_handover" in b else ""),

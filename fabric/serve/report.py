@@ -18,6 +18,21 @@ def _pcts(x: np.ndarray, scale: float = 1.0) -> dict:
     return {f"p{p}": float(np.percentile(x, p) * scale) for p in PCTS} | {"mean": float(x.mean() * scale)}
 
 
+def _imbalance(sched, wl, done) -> dict:
+    """How evenly the balancer spread the load over the attention groups: the busiest group's tokens (prompt +
+    output of the requests it served) and mean KV held, over the mean of all groups (1.0: even)."""
+    groups = sum(len(rep) for rep in sched.groups)
+    gid = getattr(sched, "group_of", None)
+    out = {}
+    if gid is not None and groups > 1:
+        tokens = np.bincount(gid[done], weights=(wl.prompt_tokens + wl.output_tokens)[done], minlength=groups)
+        out["tokens_max_over_mean"] = float(tokens.max() / tokens.mean()) if tokens.mean() else 1.0
+    kv = np.array([sched.rec.group_kv_s.get(g, 0.0) for g in range(groups)])
+    if groups > 1:
+        out["kv_max_over_mean"] = float(kv.max() / kv.mean()) if kv.mean() else 1.0
+    return out
+
+
 def summarise(sched, wl, plan, slo_ttft_ms: float | None, slo_tpot_ms: float | None, accels_per_node: int) -> dict:
     """The results of a finished Scheduler run."""
     rec = sched.rec
@@ -62,6 +77,7 @@ def summarise(sched, wl, plan, slo_ttft_ms: float | None, slo_tpot_ms: float | N
         goodput_requests_per_s=float(ok.sum() / span) if span else 0.0,
         steps=int(count.sum()), step_records=int(len(dur)), busy_s=busy_s,
         exposed_comm_fraction=float(rec.comm_s / busy_s) if busy_s else 0.0,
+        imbalance=_imbalance(sched, wl, done),
         batch_mean=float((batch * w).sum() / w.sum()) if w.sum() else 0.0,
         batch_max=int(batch.max()) if len(batch) else 0,
         kv_use_mean=float((kv * w).sum() / w.sum() / per_rep_capacity) if w.sum() else 0.0,

@@ -55,6 +55,7 @@ class Trace:
     itl_s: list = field(default_factory=list)         # arrays of inter-token gaps (one per decode token)
     bytes_by_class: np.ndarray = field(default_factory=lambda: np.zeros(3))
     comm_s: float = 0.0                               # exposed communication, summed over the steps
+    group_kv_s: dict = field(default_factory=dict)    # attention group -> KV tokens held x seconds (its mean KV)
 
 
 class Scheduler:
@@ -292,6 +293,9 @@ class Scheduler:
         rec.kv_used.append(sum(g.kv_used for g in self.groups[r]))
         rec.queued.append(sum(len(g.waiting) for g in self.groups[r]))
         rec.bytes_by_class += np.asarray(nbytes)
+        for g, grp in enumerate(self.groups[r]):       # the KV a group holds after the stretch, over its time
+            key = r * self.plan.dp + g
+            rec.group_kv_s[key] = rec.group_kv_s.get(key, 0.0) + grp.kv_used * dur
 
     # ---------------------------------------------------------------- the loop
 
