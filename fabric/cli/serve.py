@@ -84,8 +84,9 @@ def render(r: dict) -> str:
     ]
     imb = r.get("imbalance") or {}
     if imb:
+        what = {"tokens_max_over_mean": "tokens", "kv_max_over_mean": "KV held"}
         lines.append(f"  balance              {r['balance']}: busiest attention group "
-                     + ", ".join(f"{v:.2f}x the mean {k.split('_')[0].replace('kv', 'KV held')}" for k, v in imb.items()))
+                     + ", ".join(f"{v:.2f}x the mean {what[k]}" for k, v in imb.items()))
     lines += [
         f"  fabric bytes         {b['tp_collectives'] / 1e9:.2f} GB TP collectives, {b['expert_alltoall'] / 1e9:.2f} "
         f"GB expert all-to-all, {b['other'] / 1e9:.2f} GB other"
