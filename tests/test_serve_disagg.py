@@ -63,3 +63,15 @@ def test_bad_pool_splits_are_one_line(tmp_path, args, message):
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], res.output
     assert not out.exists()
+
+
+def test_pools_made_once_serve_as_fresh_ones():
+    """A Disaggregated deployment serving a second workload gives what a fresh one gives (its step models kept)."""
+    from fabric.serve.disagg import Disaggregated
+    pools = {k: TOY[k] for k in ("model", "prefill", "decode")}
+    kept = Disaggregated(**pools, seed=5)
+    kept.serve("poisson:rate=100,in=uniform:16-64,out=uniform:2-8", requests=20)
+    again = kept.serve(TOY["workload"], requests=40)
+    fresh = serve_disaggregated(**TOY)
+    for key in ("ttft_ms", "tpot_ms", "e2e_ms", "kv_handover", "fabric_bytes", "per_request"):
+        assert again[key] == fresh[key], key

@@ -50,20 +50,18 @@ COLOCATED = "attn=dp,ep=64,weights=fp8"
 
 
 def pd_vs_colocated(rates, requests) -> list[dict]:
-    import fabric.serve
     from fabric.serve import Deployment
+    from fabric.serve.disagg import Disaggregated
     keys = ("output_tokens_per_s_per_accelerator", "ttft_ms", "tpot_ms", "goodput_requests_per_s",
             "exposed_comm_fraction")
     click.echo("| serving | rate (req/s) | output tok/s per acc | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | goodput "
                "(req/s) | KV hand-over mean (ms) |\n|---|---:|---:|---:|---:|---:|---:|")
-    colo = Deployment(model="deepseek-r1", plan=COLOCATED)
+    deps = {"co-located": Deployment(model="deepseek-r1", plan=COLOCATED),
+            "PD": Disaggregated(model="deepseek-r1", **PD)}          # each made once for every rate
     rows = []
     for rate in rates:
-        for name in ("co-located", "PD"):
-            if name == "PD":
-                r = fabric.serve(model="deepseek-r1", workload="azure-conv", requests=requests, rate=rate, **PD, **SLO)
-            else:
-                r = colo.serve("azure-conv", requests=requests, rate=rate, **SLO)
+        for name, dep in deps.items():
+            r = dep.serve("azure-conv", requests=requests, rate=rate, **SLO)
             hand = r.get("kv_handover", {}).get("mean_ms")
             rows.append(dict(serving=name, rate=rate, plan=r["plan"], kv_handover_ms=hand, **{k: r[k] for k in keys}))
             click.echo(f"| {name} | {rate:g} | {r['output_tokens_per_s_per_accelerator']:.1f} | "

@@ -25,9 +25,10 @@ co-located plan re-run with N requests; with --saturation (default), the publish
 output 1,024) as a closed loop of users filling each size's largest KV (and --sat-users more on it), throughput with
 the KV as the limit and the SLOs reported, not required.
 
-One fabric.serve.Deployment per plan (its step model's grid is shared by the rates; a PD split's two are made again
-at each rate). Time on a 2-core VM shared with other jobs, --requests 500: a deployment's first serve 20-90 s (the
-step model's grid), each further rate 1-15 s, a PD rate 11-45 s; everything with --check-requests 2000 about 22
+One fabric.serve.Deployment per plan, one fabric.serve.disagg.Disaggregated per PD split (their step models' grids
+are shared by the rates). Time on a 2-core VM shared with other jobs, --requests 500: a deployment's first serve
+20-90 s (the step model's grid), each further rate 1-15 s; a PD rate took 11-45 s when its pools were made again at
+each rate (as measured below); everything with --check-requests 2000 about 22
 minutes. --sizes runs part of it; --from FILE (repeatable) takes the rows of plans (and checks, saturation runs)
 already run from an earlier --out instead of running them again, so partial runs merge into one output with no
 simulation.
@@ -77,18 +78,16 @@ def run_plan(model: str, n: int, plan: str, cfg, *, requests: int, ladder=LADDER
              echo=click.echo) -> dict:
     """One plan at one size: refused (does not fit) or its ladder of rates and the best rate met. refine: that many
     geometric bisections between the last rate met and the first missed. pd: (prefill, decode) plans instead of
-    `plan` (disaggregated: fabric.serve(prefill=, decode=), its pools' step models made again at each rate)."""
-    import fabric.serve
+    `plan` (disaggregated: fabric.serve.disagg.Disaggregated, its pools made once for every rate)."""
     from fabric.errors import ConfigError
     from fabric.serve import Deployment
+    from fabric.serve.disagg import Disaggregated
     row = dict(size=n, plan=plan, model=model, preset=preset, overrides=overrides)
     t0 = time.perf_counter()
     try:
         if pd:
-            deps = [Deployment(model=model, cfg=cfg, plan=pd[0], preset=preset, plan_flag="--prefill"),
-                    Deployment(model=model, cfg=cfg, plan=pd[1], preset=preset, plan_flag="--decode")]
-            if sum(d.plan.total_ranks for d in deps) > n:
-                raise ConfigError(f"--prefill {pd[0]!r} and --decode {pd[1]!r} need more than {n} ranks")
+            served = Disaggregated(model=model, cfg=cfg, preset=preset, prefill=pd[0], decode=pd[1])
+            deps = [served.prefill, served.decode]
         else:
             deps = [Deployment(model=model, cfg=cfg, plan=plan, preset=preset)]
     except ConfigError as e:
@@ -104,11 +103,7 @@ def run_plan(model: str, n: int, plan: str, cfg, *, requests: int, ladder=LADDER
 
     def at(rate: float) -> dict:
         t = time.perf_counter()
-        if pd:
-            r = fabric.serve(model=model, cfg=cfg, preset=preset, prefill=pd[0], decode=pd[1], workload=workload,
-                             requests=requests, rate=rate, **slo)
-        else:
-            r = deps[0].serve(workload, requests=requests, rate=rate, **slo)
+        r = (served if pd else deps[0]).serve(workload, requests=requests, rate=rate, **slo)
         p = point(rate, r, time.perf_counter() - t)
         points.append(p)
         echo(f"  {n:>3} {plan:<28} rate {rate:>6g}: met {p['met_fraction']:6.1%}, "

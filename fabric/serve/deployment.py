@@ -11,6 +11,17 @@ DEFAULT_MAX_SEQS = 1024        # running sequences per attention group (vLLM V1'
 DEFAULT_KV_FRACTION = 0.9      # of the memory left after weights and activations (SGLang's mem_fraction margin)
 
 
+def check_slos(slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> None:
+    for name, v in (("--slo-ttft-ms", slo_ttft_ms), ("--slo-tpot-ms", slo_tpot_ms)):
+        if v is not None and not v > 0:
+            raise ConfigError(f"{name} must be > 0, got {v}")
+
+
+def max_seqs_for(token_budget: int, max_seqs: int | None) -> int:
+    """--max-seqs, by default DEFAULT_MAX_SEQS or the token budget if smaller."""
+    return min(DEFAULT_MAX_SEQS, token_budget) if max_seqs is None else max_seqs
+
+
 class Deployment:
     """A model on a plan on a fabric: its KV budget and step model, made once; `serve` runs any workload on it
     (the step model's grid is kept between workloads: a sweep over load pays for it once)."""
@@ -54,11 +65,9 @@ class Deployment:
         from fabric.serve.scheduler import Scheduler
         from fabric.serve.workload import parse_workload
         t0 = time.perf_counter()
-        for name, v in (("--slo-ttft-ms", slo_ttft_ms), ("--slo-tpot-ms", slo_tpot_ms)):
-            if v is not None and not v > 0:
-                raise ConfigError(f"{name} must be > 0, got {v}")
+        check_slos(slo_ttft_ms, slo_tpot_ms)
         budget = self.meta["token_budget"]
-        max_seqs = min(DEFAULT_MAX_SEQS, budget) if max_seqs is None else max_seqs
+        max_seqs = max_seqs_for(budget, max_seqs)
         wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=self.meta["seed"])
         sm = self.stepmodel
         simulated, sim_s = sm.simulated, sm.sim_s

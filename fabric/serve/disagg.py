@@ -2,6 +2,7 @@
 
     serve_disaggregated(prefill="attn=dp,ep=16", decode="attn=dp,ep=48", ...) -> dict (fabric.serve's keys, and
                                                                               "pools", "kv_handover")
+    Disaggregated(prefill=..., decode=...).serve(workload, ...)   the same, the pools made once for many workloads
 
 The prefill pool takes ranks 0 .. P-1 of the preset, the decode pool the next D. A request is prefilled in the
 prefill pool (its first token made there: TTFT), then its KV (the prompt's tokens, in the model's own layout: every
@@ -60,6 +61,99 @@ class Handover:
         return np.asarray(tokens, np.float64) * self.bpt * len(self.dst)
 
 
+class Disaggregated:
+    """Prefill and decode pools on a fabric, their deployments and hand-over made once; `serve` runs any workload
+    on them (as fabric.serve.Deployment does for one pool: a sweep over load pays for the step models once)."""
+
+    def __init__(self, *, model: str | None = None, hf_config: str | None = None, preset: str = "sd200", cfg=None,
+                 prefill: str, decode: str, engine: str = "analytic", seed: int = 0,
+                 chip: str = "sd200-accelerator", token_budget: int = 8192, on_point=None):
+        from fabric.config import load_config
+        from fabric.network import shared
+        from fabric.serve.deployment import Deployment
+        cfg = cfg if cfg is not None else load_config(preset)
+        common = dict(model=model, hf_config=hf_config, preset=preset, cfg=cfg, engine=engine, seed=seed, chip=chip,
+                      token_budget=token_budget, on_point=on_point)
+        self.prefill = Deployment(plan=prefill, plan_flag="--prefill", **common)
+        self.decode = Deployment(plan=decode, plan_flag="--decode", **common)
+        topo = shared(cfg)
+        serving = topo.n_ranks - topo.n_spares
+        p_ranks, d_ranks = self.prefill.plan.total_ranks, self.decode.plan.total_ranks
+        if p_ranks + d_ranks > serving:
+            raise ConfigError(f"--prefill {prefill!r} ({p_ranks} ranks) and --decode {decode!r} ({d_ranks} ranks) "
+                              f"need {p_ranks + d_ranks} ranks but preset {preset!r} has {serving}; the pools do "
+                              f"not share ranks: shrink one of them")
+        self.cfg, self.ranks = cfg, p_ranks + d_ranks
+        # the KV moves from the prefill group's ranks to a decode group's (the first group of each pool: on sd200
+        # the path length changes the hand-over by less than a microsecond, its bytes set it)
+        self.handover = Handover(cfg, range(self.prefill.plan.attn_tp),
+                                 range(p_ranks, p_ranks + self.decode.plan.attn_tp),
+                                 self.decode.kv.bytes_per_token, engine)
+        pre, dec = self.prefill, self.decode
+        self.meta = dict(model=pre.model_name, preset=preset, chip=pre.chip.name,
+                         plan=f"prefill {prefill} | decode {decode}",
+                         plan_described=f"prefill: {pre.plan.describe()}; decode: {dec.plan.describe()}",
+                         engine=engine, seed=seed, token_budget=token_budget)
+
+    def serve(self, workload: str = "azure-conv", *, requests: int | None = None, duration_s: float | None = None,
+              rate: float | None = None, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
+              max_seqs: int | None = None, balance: str = "least_tokens", progress=None) -> dict:
+        from fabric.serve.deployment import check_slos, max_seqs_for
+        from fabric.serve.report import summarise
+        from fabric.serve.scheduler import Scheduler
+        from fabric.serve.workload import parse_workload
+        t0 = time.perf_counter()
+        check_slos(slo_ttft_ms, slo_tpot_ms)
+        pre, dec, hand = self.prefill, self.decode, self.handover
+        wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=self.meta["seed"])
+        if wl.users:
+            raise ConfigError("a closed-loop workload needs the decode pool's finishes to send the next requests, "
+                              "which the disaggregated run (prefill pool first, then decode) cannot feed back; use a "
+                              "trace or poisson: workload")
+        budget = self.meta["token_budget"]
+        max_seqs = max_seqs_for(budget, max_seqs)
+        sched_kw = dict(token_budget=budget, max_seqs=max_seqs, balance=balance)
+        simulated = pre.stepmodel.simulated + dec.stepmodel.simulated
+        sim_s = pre.stepmodel.sim_s + dec.stepmodel.sim_s
+
+        # the prefill pool makes every request's first token
+        first_only = dataclasses.replace(wl, output_tokens=np.ones(wl.n, np.int64))
+        ps = Scheduler(first_only, pre.plan, pre.stepmodel, pre.kv.tokens_per_group, **sched_kw)
+        ps.run()
+        moved = wl.output_tokens > 1
+        hand_us = hand.time_us(wl.prompt_tokens)
+        landed = ps.finish + hand_us / 1e6
+        rest = np.flatnonzero(moved)
+        rest = rest[np.argsort(landed[rest], kind="stable")]          # the decode pool sees them as they land
+        decode_wl = dataclasses.replace(wl, arrival_s=landed[rest], prompt_tokens=wl.prompt_tokens[rest],
+                                        output_tokens=wl.output_tokens[rest], prefilled=True)
+        ds = Scheduler(decode_wl, dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, **sched_kw)
+        ds.run()
+
+        # one request's life: arrival and first token from the prefill pool, the rest from the decode pool
+        finish = ps.finish.copy()
+        finish[rest] = ds.finish
+        merged = _Merged(arrival=wl.arrival_s.copy(), first=ps.first.copy(), finish=finish,
+                         preempted=ps.preempted.copy(), rec=ds.rec, groups=ds.groups)
+        merged.preempted[rest] += ds.preempted
+        res = summarise(merged, wl, _Ranks(dec.plan, self.ranks), slo_ttft_ms, slo_tpot_ms,
+                        self.cfg.topology.accels_per_domain)
+        res["fabric_bytes"]["kv_handover"] = float(hand.bytes(wl.prompt_tokens[moved]).sum())
+        for c, b in zip(("tp_collectives", "expert_alltoall", "other"), ps.rec.bytes_by_class):
+            res["fabric_bytes"][c] += float(b)
+        h = hand_us[moved]
+        return dict(self.meta, max_seqs=max_seqs, balance=balance, workload=wl.name, workload_meta=wl.meta,
+                    ranks=self.ranks, attention_groups=pre.plan.groups + dec.plan.groups, memory=dec.kv.as_dict(),
+                    **res, pools=dict(prefill=_pool(ps, pre), decode=_pool(ds, dec)),
+                    kv_handover=dict(requests=int(moved.sum()), mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
+                                     p99_ms=float(np.percentile(h, 99) * 1e-3) if len(h) else 0.0,
+                                     bytes=res["fabric_bytes"]["kv_handover"], us_per_token=hand.slope_us,
+                                     fixed_us=hand.base_us),
+                    step_model=dict(grid_steps_simulated=pre.stepmodel.simulated + dec.stepmodel.simulated - simulated,
+                                    simulate_s=pre.stepmodel.sim_s + dec.stepmodel.sim_s - sim_s),
+                    wall_s=time.perf_counter() - t0)
+
+
 def serve_disaggregated(*, model: str | None = None, hf_config: str | None = None, preset: str = "sd200", cfg=None,
                         prefill: str, decode: str, workload: str = "azure-conv", requests: int | None = None,
                         duration_s: float | None = None, rate: float | None = None,
@@ -67,83 +161,16 @@ def serve_disaggregated(*, model: str | None = None, hf_config: str | None = Non
                         engine: str = "analytic", seed: int = 0, chip: str = "sd200-accelerator",
                         token_budget: int = 8192, max_seqs: int | None = None, balance: str = "least_tokens",
                         progress=None, on_point=None) -> dict:
-    from fabric.config import load_config
-    from fabric.network import shared
-    from fabric.serve.deployment import DEFAULT_MAX_SEQS, Deployment
-    from fabric.serve.report import summarise
-    from fabric.serve.scheduler import Scheduler
-    from fabric.serve.workload import parse_workload
+    """One workload on a Disaggregated deployment made for it (its wall time included)."""
+    from fabric.serve.deployment import check_slos
     t0 = time.perf_counter()
-    for name, v in (("--slo-ttft-ms", slo_ttft_ms), ("--slo-tpot-ms", slo_tpot_ms)):
-        if v is not None and not v > 0:
-            raise ConfigError(f"{name} must be > 0, got {v}")
-    cfg = cfg if cfg is not None else load_config(preset)
-    common = dict(model=model, hf_config=hf_config, preset=preset, cfg=cfg, engine=engine, seed=seed, chip=chip,
-                  token_budget=token_budget, on_point=on_point)
-    pre = Deployment(plan=prefill, plan_flag="--prefill", **common)
-    dec = Deployment(plan=decode, plan_flag="--decode", **common)
-    topo = shared(cfg)
-    serving = topo.n_ranks - topo.n_spares
-    p_ranks, d_ranks = pre.plan.total_ranks, dec.plan.total_ranks
-    if p_ranks + d_ranks > serving:
-        raise ConfigError(f"--prefill {prefill!r} ({p_ranks} ranks) and --decode {decode!r} ({d_ranks} ranks) need "
-                          f"{p_ranks + d_ranks} ranks but preset {preset!r} has {serving}; the pools do not share "
-                          f"ranks: shrink one of them")
-    wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=seed)
-    if wl.users:
-        raise ConfigError("a closed-loop workload needs the decode pool's finishes to send the next requests, which "
-                          "the disaggregated run (prefill pool first, then decode) cannot feed back; use a trace or "
-                          "poisson: workload")
-    max_seqs = min(DEFAULT_MAX_SEQS, token_budget) if max_seqs is None else max_seqs
-    sched_kw = dict(token_budget=token_budget, max_seqs=max_seqs, balance=balance)
-
-    # the prefill pool makes every request's first token
-    first_only = dataclasses.replace(wl, output_tokens=np.ones(wl.n, np.int64))
-    ps = Scheduler(first_only, pre.plan, pre.stepmodel, pre.kv.tokens_per_group, **sched_kw)
-    ps.run()
-    # the KV moves from the prefill group's ranks to a decode group's (the first group of each pool: on sd200 the
-    # path length changes the hand-over by less than a microsecond, its bytes set it)
-    hand = Handover(cfg, range(pre.plan.attn_tp), range(p_ranks, p_ranks + dec.plan.attn_tp),
-                    dec.kv.bytes_per_token, engine)
-    moved = wl.output_tokens > 1
-    hand_us = hand.time_us(wl.prompt_tokens)
-    landed = ps.finish + hand_us / 1e6
-    rest = np.flatnonzero(moved)
-    decode_wl = dataclasses.replace(wl, arrival_s=landed[rest], prompt_tokens=wl.prompt_tokens[rest],
-                                    output_tokens=wl.output_tokens[rest], prefilled=True)
-    order = np.argsort(decode_wl.arrival_s, kind="stable")          # the decode pool sees them as they land
-    rest = rest[order]
-    decode_wl = dataclasses.replace(decode_wl, arrival_s=decode_wl.arrival_s[order],
-                                    prompt_tokens=decode_wl.prompt_tokens[order],
-                                    output_tokens=decode_wl.output_tokens[order])
-    ds = Scheduler(decode_wl, dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, **sched_kw)
-    ds.run()
-
-    # one request's life: arrival and first token from the prefill pool, the rest from the decode pool
-    finish = ps.finish.copy()
-    finish[rest] = ds.finish
-    merged = _Merged(arrival=wl.arrival_s.copy(), first=ps.first.copy(), finish=finish,
-                     preempted=ps.preempted.copy(), rec=ds.rec, groups=ds.groups)
-    merged.preempted[rest] += ds.preempted
-    res = summarise(merged, wl, _Ranks(dec.plan, p_ranks + d_ranks), slo_ttft_ms, slo_tpot_ms,
-                    cfg.topology.accels_per_domain)
-    res["fabric_bytes"]["kv_handover"] = float(hand.bytes(wl.prompt_tokens[moved]).sum())
-    for c, b in zip(("tp_collectives", "expert_alltoall", "other"), ps.rec.bytes_by_class):
-        res["fabric_bytes"][c] += float(b)
-    h = hand_us[moved]
-    return dict(model=pre.model_name, preset=preset, chip=pre.chip.name, plan=f"prefill {prefill} | decode {decode}",
-                plan_described=f"prefill: {pre.plan.describe()}; decode: {dec.plan.describe()}", engine=engine,
-                seed=seed, token_budget=token_budget, max_seqs=max_seqs, balance=balance, workload=wl.name,
-                workload_meta=wl.meta, ranks=p_ranks + d_ranks, attention_groups=pre.plan.groups + dec.plan.groups,
-                memory=dec.kv.as_dict(), **res,
-                pools=dict(prefill=_pool(ps, pre), decode=_pool(ds, dec)),
-                kv_handover=dict(requests=int(moved.sum()), mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
-                                 p99_ms=float(np.percentile(h, 99) * 1e-3) if len(h) else 0.0,
-                                 bytes=res["fabric_bytes"]["kv_handover"], us_per_token=hand.slope_us,
-                                 fixed_us=hand.base_us),
-                step_model=dict(grid_steps_simulated=pre.stepmodel.simulated + dec.stepmodel.simulated,
-                                simulate_s=pre.stepmodel.sim_s + dec.stepmodel.sim_s),
-                wall_s=time.perf_counter() - t0)
+    check_slos(slo_ttft_ms, slo_tpot_ms)           # before the pools' deployments are made
+    dep = Disaggregated(model=model, hf_config=hf_config, preset=preset, cfg=cfg, prefill=prefill, decode=decode,
+                        engine=engine, seed=seed, chip=chip, token_budget=token_budget, on_point=on_point)
+    out = dep.serve(workload, requests=requests, duration_s=duration_s, rate=rate, slo_ttft_ms=slo_ttft_ms,
+                    slo_tpot_ms=slo_tpot_ms, max_seqs=max_seqs, balance=balance, progress=progress)
+    out["wall_s"] = time.perf_counter() - t0
+    return out
 
 
 def _pool(sched, dep) -> dict:

@@ -80,6 +80,7 @@ class Scheduler:
                               f"but an attention group holds {kv_capacity}; it could never finish: use a plan with "
                               f"more KV per group (attn=dp, smaller weights) or drop such requests from the workload")
         self.groups = [[Group(kv_capacity) for _ in range(plan.dp)] for _ in range(plan.replicas)]
+        self.every_group = [(r, g) for r in range(plan.replicas) for g in range(plan.dp)]   # (replica, group)
         self.free_at = np.zeros(plan.replicas)           # when each replica's current step ends
         self.prompt = workload.prompt_tokens.astype(np.int64)
         self.out = workload.output_tokens.astype(np.int64)
@@ -110,12 +111,11 @@ class Scheduler:
         return [(float(t), i) for i, t in enumerate(wl.arrival_s)]
 
     def _assign(self, rid: int, t: float) -> None:
-        flat = [(r, g) for r in range(self.plan.replicas) for g in range(self.plan.dp)]
         if self.balance == "round_robin":
-            r, g = flat[self.rr % len(flat)]
+            r, g = self.every_group[self.rr % len(self.every_group)]
             self.rr += 1
         else:
-            r, g = min(flat, key=lambda rg: self.groups[rg[0]][rg[1]].outstanding)
+            r, g = min(self.every_group, key=lambda rg: self.groups[rg[0]][rg[1]].outstanding)
         grp = self.groups[r][g]
         grp.waiting.append(rid)
         grp.outstanding += int(self.target[rid] - self.done_prefill[rid] + self.out[rid] - self.generated[rid])
@@ -217,9 +217,8 @@ class Scheduler:
                     if self.generated[rid] >= self.out[rid]:
                         self._finish(grp, rid, end)
         self.rec.itl_s.append(np.full(sum(len(d) for d, _ in plans), dur_us / 1e6))
-        self._record(r, t, dur_us / 1e6, 1, sum(len(d) + len(c) for d, c in plans),
-                     sum(len(d) + sum(x for _, x in c) for d, c in plans), sum(sum(x for _, x in c) for _, c in plans),
-                     nbytes, comm_us / 1e6)
+        self._record(r, t, dur_us / 1e6, 1, sum(len(d) + len(c) for d, c in plans), sum(sizes),
+                     sum(sizes) - sum(len(d) for d, _ in plans), nbytes, comm_us / 1e6)
         self.free_at[r] = end
 
     def _decode_stretch(self, r: int, t: float, decs: list) -> None:

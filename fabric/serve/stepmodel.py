@@ -42,6 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fabric.capture import Plan, capture as capture_trace
+from fabric.capture.plan import decode_attention_ns
+
 C_GRID = (0, 256, 1024, 2048, 4096, 8192, 16384, 65536)   # decode contexts captured (KV tokens read per step token)
 MAX_STEP_TOKENS = 32768          # per attention group: a prefill grid step adds one decode token to it
 # step tokens simulated: powers of sqrt(2), rounded. Step time is concave in n where MoE layers are (more tokens
@@ -72,12 +75,6 @@ def fabric_bytes(graph) -> tuple:
         out[_CLASS_OF.get(kind, 2)] += nbytes
     out[2] += int(graph.nbytes[(graph.kind == TRANSFER) & (graph.coll < 0)].sum())
     return tuple(float(x) for x in out)
-
-
-def capture_trace(*args, **kwargs):
-    """fabric.capture.capture (imported when first used: the serving layer loads the capture only to run)."""
-    from fabric.capture import capture
-    return capture(*args, **kwargs)
 
 
 class StepModel:
@@ -162,8 +159,6 @@ class StepModel:
         need one more wave of the chip."""
         key = ("a", n, c)
         if key not in self.points:
-            from fabric.capture import Plan
-            from fabric.capture.plan import decode_attention_ns
             p = self.plan
             cp = Plan(tp=p.attn_tp, batch=n, context=int(c), weight_dtype=p.weight_dtype, seed=self.seed,
                       cost_model=self.chip.cost_model)
