@@ -179,3 +179,21 @@ def test_a_failed_point_keeps_the_others_on_dask(tmp_path):
     assert [r["trace"] for r in S.read_rows(out)] == [TOY]
     info = S.run_sweep(pts, str(out), serial=True)              # a rerun retries only the failed point
     assert info["run"] == 1 and info["skipped"] == 1 and len(info["failed"]) == 1
+
+
+def test_a_failed_point_on_dask_is_one_line_and_the_others_are_saved(tmp_path):
+    """Issue 33 item 4: the worker's ERROR log (with its traceback text) stays quiet; stderr holds one line per
+    failed point, and the finished point is in the file."""
+    import subprocess
+    import sys
+    pytest.importorskip("dask.distributed")
+    g = tmp_path / "grid.toml"
+    g.write_text(f'[sweep]\nengine = "analytic"\n[grid]\ntrace = ["{TOY}", "missing.h5"]\n')
+    exe = str(Path(sys.executable).with_name("fabric-sweep"))
+    r = subprocess.run([exe, str(g), "--out", str(tmp_path / "r.csv"), "--workers", "1", "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines() == [line for line in r.stderr.strip().splitlines()
+                                             if line.startswith("error: point ")], r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "missing.h5" in r.stderr
+    assert [row["trace"] for row in S.read_rows(tmp_path / "r.csv")] == [TOY]

@@ -44,6 +44,7 @@ import csv
 import hashlib
 import itertools
 import json
+import logging
 import os
 import re
 import time
@@ -499,7 +500,9 @@ def run_sweep(points: list[Point], out: str, *, scheduler: str | None = None, wo
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         n = workers or cores
         n = max(1, min(n, len(pending)))
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+        # silence_logs: a failed point is one line of ours (finished), not the worker's ERROR log with its traceback
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                               silence_logs=logging.CRITICAL)
         client = Client(cluster)
         client.run(_warm)          # every worker imports the replay stack once, before the points arrive
     try:
