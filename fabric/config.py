@@ -9,6 +9,9 @@ are TOML files in fabric/presets/ that override defaults section by section.
 
 A key that moved into a sub-section keeps its old flat name for one release (`was=` in its metadata): reading it
 prints one deprecation line per key and process and sets the new key.
+
+This file belongs to the distribution scaleup-fabric: fabric._check_build looks for that name here, since the SSH
+tool Fabric's wheel ships a fabric/config.py of its own.
 """
 from __future__ import annotations
 

@@ -68,8 +68,8 @@ def _import_torch():
         import torch
         import transformers
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ConfigError(f"--engine torch needs torch and transformers (pip install 'fabric[capture]'): {exc}") \
-            from None
+        raise ConfigError(f"--engine torch needs torch and transformers (pip install 'scaleup-fabric[capture]'): "
+                          f"{exc}") from None
     return torch, transformers
 
 
