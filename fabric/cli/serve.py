@@ -82,6 +82,11 @@ def render(r: dict) -> str:
         f"{100 * r['kv_use_mean']:.1f} %, max {100 * r['kv_use_max']:.1f} %; queue max {r['queue_max']}",
         f"  preemptions          {r['preemptions']} ({r['requests_preempted']} requests recomputed)",
     ]
+    if "host_tier" in r:
+        h = r["host_tier"]
+        lines.append(f"  host KV tier         {h['swaps']} swaps ({h['requests_swapped']} requests), "
+                     f"{h['offload_bytes'] / 1e9:.2f} GB offloaded, {h['reload_bytes'] / 1e9:.2f} GB reloaded, "
+                     f"steps waited {h['wait_s'] * 1e3:.1f} ms; {h['tokens_per_group']} tokens per attention group")
     imb = r.get("imbalance") or {}
     if imb:
         what = {"tokens_max_over_mean": "tokens", "kv_max_over_mean": "KV held"}
@@ -128,15 +133,20 @@ def render(r: dict) -> str:
               help="tokens per step per attention group (decode first, then prefill chunks)")
 @click.option("--max-seqs", type=int, default=None,
               help="running sequences per attention group [default: 1024, at most --token-budget]")
-@click.option("--balance", type=click.Choice(("least_tokens", "round_robin")), default="least_tokens",
-              show_default=True, help="how arriving requests are spread over attention groups")
+@click.option("--balance", type=click.Choice(("least_tokens", "round_robin", "kv_aware")), default="least_tokens",
+              show_default=True, help="how arriving requests are spread over attention groups: the least outstanding "
+                                      "tokens, in turn, or the most KV room (capacity - KV held - outstanding)")
+@click.option("--kv-tier", type=click.Choice(("hbm", "host")), default="hbm", show_default=True,
+              help="where KV may live: hbm (a preempted sequence is recomputed) or host (its KV is offloaded to "
+                   "its host domain's host memory over the fabric and reloaded: topology.host_memory)")
 @json_option("write the results as JSON")
 @timeline_option()
 @click.option("--quiet", is_flag=True, help="no progress bar; print one line")
 @friendly
 def main(model, hf_config, chip, preset, config_file, sets, seed, plan, prefill, decode, workload, requests,
          duration_s, rate,
-         slo_ttft_ms, slo_tpot_ms, engine, token_budget, max_seqs, balance, json_path, timeline_path, quiet):
+         slo_ttft_ms, slo_tpot_ms, engine, token_budget, max_seqs, balance, kv_tier, json_path, timeline_path,
+         quiet):
     check_writable(json_path)
     check_writable(timeline_path, "--timeline")
     if requests is not None and duration_s is not None:
@@ -150,7 +160,7 @@ def main(model, hf_config, chip, preset, config_file, sets, seed, plan, prefill,
                   requests=requests, duration_s=duration_s, rate=rate, slo_ttft_ms=slo_ttft_ms,
                   slo_tpot_ms=slo_tpot_ms, engine=engine, seed=cfg.sim.seed, chip=chip, token_budget=token_budget,
                   max_seqs=max_seqs, balance=balance, timeline=timeline_path, progress=progress, on_point=on_point,
-                  prefill=prefill, decode=decode)
+                  prefill=prefill, decode=decode, kv_tier=kv_tier)
     if quiet:
         click.echo(f"{r['output_tokens_per_s']:.1f} output tokens/s, TTFT p50 {r['ttft_ms']['p50']:.1f} ms, "
                    f"TPOT p50 {r['tpot_ms']['p50'] or 0:.1f} ms, {r['finished']} of {r['requests']} requests")

@@ -9,6 +9,7 @@ DEFAULT_TOKEN_BUDGET = 8192    # tokens per step per attention group: vLLM's and
 DEFAULT_MAX_SEQS = 1024        # running sequences per attention group (vLLM V1's default max_num_seqs), at most the
 #                                token budget (every running sequence decodes a token a step)
 DEFAULT_KV_FRACTION = 0.9      # of the memory left after weights and activations (SGLang's mem_fraction margin)
+KV_TIERS = ("hbm", "host")     # where KV may live: HBM only (preempted sequences recompute), or HBM + host memory
 
 
 def check_slos(slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> None:
@@ -29,7 +30,7 @@ class Deployment:
     def __init__(self, *, model: str | None = None, hf_config: str | None = None, preset: str = "sd200", cfg=None,
                  plan: str = "tp=64", engine: str = "analytic", seed: int = 0, chip: str = "sd200-accelerator",
                  token_budget: int = DEFAULT_TOKEN_BUDGET, kv_fraction: float = DEFAULT_KV_FRACTION, on_point=None,
-                 plan_flag: str = "--plan"):
+                 plan_flag: str = "--plan", kv_tier: str = "hbm", first_rank: int = 0):
         from fabric.capture import load_chip, resolve_model
         from fabric.capture.spec import spec_from_config
         from fabric.config import load_config
@@ -43,19 +44,25 @@ class Deployment:
             raise ConfigError(f"--token-budget {token_budget} must be in [1, {MAX_STEP_TOKENS}]")
         if not 0 < kv_fraction <= 1:
             raise ConfigError(f"kv_fraction {kv_fraction} must be in (0, 1]")
+        if kv_tier not in KV_TIERS:
+            raise ConfigError(f"--kv-tier {kv_tier!r} must be one of {', '.join(KV_TIERS)}")
         self.plan = parse_plan(plan, plan_flag)
         self.model_name, mcfg = resolve_model(model or (None if hf_config else "deepseek-r1"), hf_config)
         spec = spec_from_config(mcfg, self.model_name)
         self.chip = load_chip(chip)
         self.cfg = cfg if cfg is not None else load_config(preset)
         topo = shared(self.cfg)
-        check_plan(self.plan, spec, topo.n_ranks - topo.n_spares, preset)
+        check_plan(self.plan, spec, topo.n_serving, preset)
         self.kv = kv_budget(spec, self.plan, self.chip, token_budget, kv_fraction)
+        self.tier = None
+        if kv_tier == "host":
+            from fabric.serve.tier import HostTier
+            self.tier = HostTier(self.cfg, self.plan, self.kv, engine, kv_fraction, first_rank=first_rank)
         self.stepmodel = StepModel(model or (None if hf_config else "deepseek-r1"), hf_config, spec, self.plan,
                                    self.chip, self.cfg, engine=engine, seed=seed, on_point=on_point)
         self.meta = dict(model=self.model_name, preset=preset, chip=self.chip.name, plan=self.plan.text,
                          plan_described=self.plan.describe(), engine=engine, seed=seed, token_budget=token_budget,
-                         kv_fraction=kv_fraction)
+                         kv_fraction=kv_fraction, kv_tier=kv_tier)
 
     def serve(self, workload: str = "azure-conv", *, requests: int | None = None, duration_s: float | None = None,
               rate: float | None = None, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
@@ -72,7 +79,7 @@ class Deployment:
         sm = self.stepmodel
         simulated, sim_s = sm.simulated, sm.sim_s
         sched = Scheduler(wl, self.plan, sm, self.kv.tokens_per_group, token_budget=budget, max_seqs=max_seqs,
-                          balance=balance, progress=progress)
+                          balance=balance, progress=progress, tier=self.tier)
         sched.run()
         res = summarise(sched, wl, self.plan, slo_ttft_ms, slo_tpot_ms, self.cfg.topology.accels_per_domain)
         meta = dict(self.meta, workload=wl.name, workload_meta=wl.meta, max_seqs=max_seqs, balance=balance)
@@ -80,6 +87,9 @@ class Deployment:
                    **res, step_model=dict(grid_steps_simulated=sm.simulated - simulated,
                                           simulate_s=sm.sim_s - sim_s),
                    wall_s=time.perf_counter() - t0)
+        if self.tier is not None:
+            from fabric.serve.report import host_tier
+            out["host_tier"] = host_tier(sched)
         if timeline:
             out["timeline"] = write_timeline(timeline, sched, self.plan, meta)
         return out

@@ -67,7 +67,7 @@ class Disaggregated:
 
     def __init__(self, *, model: str | None = None, hf_config: str | None = None, preset: str = "sd200", cfg=None,
                  prefill: str, decode: str, engine: str = "analytic", seed: int = 0,
-                 chip: str = "sd200-accelerator", token_budget: int = 8192, on_point=None):
+                 chip: str = "sd200-accelerator", token_budget: int = 8192, on_point=None, kv_tier: str = "hbm"):
         from fabric.config import load_config
         from fabric.network import shared
         from fabric.serve.deployment import Deployment
@@ -75,9 +75,11 @@ class Disaggregated:
         common = dict(model=model, hf_config=hf_config, preset=preset, cfg=cfg, engine=engine, seed=seed, chip=chip,
                       token_budget=token_budget, on_point=on_point)
         self.prefill = Deployment(plan=prefill, plan_flag="--prefill", **common)
-        self.decode = Deployment(plan=decode, plan_flag="--decode", **common)
+        # the decode pool keeps the KV for the whole output: the host tier, if any, is its
+        self.decode = Deployment(plan=decode, plan_flag="--decode", kv_tier=kv_tier,
+                                 first_rank=self.prefill.plan.total_ranks, **common)
         topo = shared(cfg)
-        serving = topo.n_ranks - topo.n_spares
+        serving = topo.n_serving
         p_ranks, d_ranks = self.prefill.plan.total_ranks, self.decode.plan.total_ranks
         if p_ranks + d_ranks > serving:
             raise ConfigError(f"--prefill {prefill!r} ({p_ranks} ranks) and --decode {decode!r} ({d_ranks} ranks) "
@@ -93,7 +95,7 @@ class Disaggregated:
         self.meta = dict(model=pre.model_name, preset=preset, chip=pre.chip.name,
                          plan=f"prefill {prefill} | decode {decode}",
                          plan_described=f"prefill: {pre.plan.describe()}; decode: {dec.plan.describe()}",
-                         engine=engine, seed=seed, token_budget=token_budget)
+                         engine=engine, seed=seed, token_budget=token_budget, kv_tier=kv_tier)
 
     def serve(self, workload: str = "azure-conv", *, requests: int | None = None, duration_s: float | None = None,
               rate: float | None = None, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
@@ -127,14 +129,15 @@ class Disaggregated:
         rest = rest[np.argsort(landed[rest], kind="stable")]          # the decode pool sees them as they land
         decode_wl = dataclasses.replace(wl, arrival_s=landed[rest], prompt_tokens=wl.prompt_tokens[rest],
                                         output_tokens=wl.output_tokens[rest], prefilled=True)
-        ds = Scheduler(decode_wl, dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, **sched_kw)
+        ds = Scheduler(decode_wl, dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, tier=dec.tier,
+                       **sched_kw)
         ds.run()
 
         # one request's life: arrival and first token from the prefill pool, the rest from the decode pool
         finish = ps.finish.copy()
         finish[rest] = ds.finish
         merged = _Merged(arrival=wl.arrival_s.copy(), first=ps.first.copy(), finish=finish,
-                         preempted=ps.preempted.copy(), rec=ds.rec, groups=ds.groups)
+                         preempted=ps.preempted.copy(), rec=ds.rec, groups=ds.groups, tier=ds.tier)
         merged.preempted[rest] += ds.preempted
         res = summarise(merged, wl, _Ranks(dec.plan, self.ranks), slo_ttft_ms, slo_tpot_ms,
                         self.cfg.topology.accels_per_domain)
@@ -151,7 +154,14 @@ class Disaggregated:
                                      fixed_us=hand.base_us),
                     step_model=dict(grid_steps_simulated=pre.stepmodel.simulated + dec.stepmodel.simulated - simulated,
                                     simulate_s=pre.stepmodel.sim_s + dec.stepmodel.sim_s - sim_s),
-                    wall_s=time.perf_counter() - t0)
+                    wall_s=time.perf_counter() - t0, **_tier(ds))
+
+
+def _tier(ds) -> dict:
+    from fabric.serve.report import host_tier
+    if ds.tier is None:
+        return {}
+    return dict(host_tier=host_tier(ds))
 
 
 def serve_disaggregated(*, model: str | None = None, hf_config: str | None = None, preset: str = "sd200", cfg=None,
@@ -160,13 +170,14 @@ def serve_disaggregated(*, model: str | None = None, hf_config: str | None = Non
                         slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
                         engine: str = "analytic", seed: int = 0, chip: str = "sd200-accelerator",
                         token_budget: int = 8192, max_seqs: int | None = None, balance: str = "least_tokens",
-                        progress=None, on_point=None) -> dict:
+                        progress=None, on_point=None, kv_tier: str = "hbm") -> dict:
     """One workload on a Disaggregated deployment made for it (its wall time included)."""
     from fabric.serve.deployment import check_slos
     t0 = time.perf_counter()
     check_slos(slo_ttft_ms, slo_tpot_ms)           # before the pools' deployments are made
     dep = Disaggregated(model=model, hf_config=hf_config, preset=preset, cfg=cfg, prefill=prefill, decode=decode,
-                        engine=engine, seed=seed, chip=chip, token_budget=token_budget, on_point=on_point)
+                        engine=engine, seed=seed, chip=chip, token_budget=token_budget, on_point=on_point,
+                        kv_tier=kv_tier)
     out = dep.serve(workload, requests=requests, duration_s=duration_s, rate=rate, slo_ttft_ms=slo_ttft_ms,
                     slo_tpot_ms=slo_tpot_ms, max_seqs=max_seqs, balance=balance, progress=progress)
     out["wall_s"] = time.perf_counter() - t0
@@ -192,6 +203,7 @@ class _Merged:
     preempted: np.ndarray
     rec: object
     groups: list
+    tier: object = None
 
 
 @dataclasses.dataclass(frozen=True)

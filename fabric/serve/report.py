@@ -33,6 +33,26 @@ def _imbalance(sched, wl, done) -> dict:
     return out
 
 
+def _tier_bytes(sched) -> dict:
+    """The host tier's offloads and reloads, a class of their own (absent without a tier)."""
+    if getattr(sched, "tier", None) is None:
+        return {}
+    return dict(kv_offload=float(sched.rec.tier_bytes[0]), kv_reload=float(sched.rec.tier_bytes[1]))
+
+
+def host_tier(sched) -> dict:
+    """What the host-memory tier did: swaps (preemptions that kept their KV), bytes and the steps' wait for them."""
+    tier = sched.tier
+    used = [g.host_used for rep in sched.groups for g in rep]
+    return dict(tokens_per_group=tier.tokens_per_group, swaps=int(sched.swapped.sum()),
+                requests_swapped=int((sched.swapped > 0).sum()), offload_bytes=float(sched.rec.tier_bytes[0]),
+                reload_bytes=float(sched.rec.tier_bytes[1]), wait_s=float(sched.rec.tier_s),
+                host_tokens_at_end=int(sum(used)), engine=tier.engine,
+                us_per_token=dict(offload=tier.fit[0].one_us_per_byte * tier.bpt,
+                                  reload=tier.fit[1].one_us_per_byte * tier.bpt),
+                fixed_us=dict(offload=tier.fit[0].base_us, reload=tier.fit[1].base_us))
+
+
 def summarise(sched, wl, plan, slo_ttft_ms: float | None, slo_tpot_ms: float | None, accels_per_node: int) -> dict:
     """The results of a finished Scheduler run."""
     rec = sched.rec
@@ -84,7 +104,7 @@ def summarise(sched, wl, plan, slo_ttft_ms: float | None, slo_tpot_ms: float | N
         kv_use_max=float(kv.max() / per_rep_capacity) if len(kv) else 0.0,
         queue_max=int(max(rec.queued)) if rec.queued else 0,
         preemptions=int(sched.preempted.sum()), requests_preempted=int((sched.preempted > 0).sum()),
-        fabric_bytes={c: float(b) for c, b in zip(CLASSES, rec.bytes_by_class)},
+        fabric_bytes={c: float(b) for c, b in zip(CLASSES, rec.bytes_by_class)} | _tier_bytes(sched),
         per_request=dict(ttft_ms=[round(float(x) * 1e3, 6) for x in ttft],
                          tpot_ms=[None if np.isnan(x) else round(float(x) * 1e3, 6) for x in tpot],
                          e2e_ms=[round(float(x) * 1e3, 6) for x in e2e],

@@ -8,11 +8,14 @@ chunks of the sequences being prefilled and of newly admitted ones, up to `token
 `max_seqs` running sequences. A request is admitted when the KV its prefill will need fits next to what the running
 sequences hold and what is promised to the prefills under way. When a step's decode tokens no longer fit, the newest
 running sequence is preempted (its KV freed; it is prefilled again later, prompt and the tokens generated so far:
-recompute) and counted. The step that processes a prompt's last chunk emits the request's first token.
+recompute) and counted; with a host-memory tier (fabric.serve.tier) its KV is offloaded there instead while
+the tier has room, and loaded back when it is admitted again (swap): no token is computed twice. The step that
+processes a prompt's last chunk emits the request's first token.
 
 Requests arrive (open loop) or are sent by users when their previous one finishes (closed loop) and are assigned to
-a group at arrival by the balancer: round robin, or the group with the least outstanding tokens (prompt still to
-prefill + output still to generate).
+a group at arrival by the balancer: round robin; the group with the least outstanding tokens (prompt still to
+prefill + output still to generate); or KV-aware, the group with the most KV room once what it holds and what it
+owes are counted (capacity - KV held - outstanding tokens), which also weighs the long contexts already running.
 
 Python runs per step and per request, never per token: the running set is numpy arrays, and a stretch of decode-only
 steps whose batch cannot change (no arrival, no finish, no KV shortage before its end) is taken at once, each step's
@@ -27,7 +30,7 @@ import numpy as np
 
 from fabric.errors import ConfigError
 
-BALANCERS = ("round_robin", "least_tokens")
+BALANCERS = ("round_robin", "least_tokens", "kv_aware")
 
 
 @dataclass
@@ -37,6 +40,7 @@ class Group:
     running: list = field(default_factory=list)      # request ids in admission order
     prefilling: list = field(default_factory=list)   # the running ones whose prefill is not done, in order
     kv_used: int = 0
+    host_used: int = 0                               # KV tokens of its swapped-out sequences in host memory
     outstanding: int = 0                             # tokens still to process for the balancer
 
 
@@ -54,15 +58,19 @@ class Trace:
     queued: list = field(default_factory=list)        # requests waiting in the replica after the stretch
     itl_s: list = field(default_factory=list)         # arrays of inter-token gaps (one per decode token)
     bytes_by_class: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    tier_bytes: np.ndarray = field(default_factory=lambda: np.zeros(2))   # KV offloaded, reloaded (host tier)
+    tier_s: float = 0.0                               # steps' time spent waiting for offloads and reloads
     comm_s: float = 0.0                               # exposed communication, summed over the steps
     group_kv_s: dict = field(default_factory=dict)    # attention group -> KV tokens held x seconds (its mean KV)
 
 
 class Scheduler:
     def __init__(self, workload, plan, stepmodel, kv_capacity: int, *, token_budget: int = 8192,
-                 max_seqs: int = 1024, balance: str = "least_tokens", progress=None, stretch: bool = True):
+                 max_seqs: int = 1024, balance: str = "least_tokens", progress=None, stretch: bool = True,
+                 tier=None):
         """stretch=False: one step at a time, never a stretch of decode steps at once (the reference the tests
-        compare the stretches with)."""
+        compare the stretches with). tier: a fabric.serve.tier.HostTier (swap to host memory instead of
+        recompute)."""
         if balance not in BALANCERS:
             raise ConfigError(f"--balance {balance!r} is not one of {', '.join(BALANCERS)}")
         if not 1 <= max_seqs <= token_budget:
@@ -70,7 +78,7 @@ class Scheduler:
                               f"sequence decodes one token a step)")
         self.wl, self.plan, self.sm = workload, plan, stepmodel
         self.budget, self.max_seqs, self.balance = token_budget, max_seqs, balance
-        self.progress, self.stretch = progress, stretch
+        self.progress, self.stretch, self.tier = progress, stretch, tier
         n = workload.n
         need = workload.prompt_tokens + workload.output_tokens
         worst = int(np.argmax(need))
@@ -93,7 +101,10 @@ class Scheduler:
         self.done_prefill = self.target.copy() if workload.prefilled else np.zeros(n, np.int64)
         self.generated = np.full(n, int(workload.prefilled), np.int64)
         self.kv = np.zeros(n, np.int64)
-        self.preempted = np.zeros(n, np.int64)
+        self.preempted = np.zeros(n, np.int64)          # preemptions by recompute
+        self.host = np.zeros(n, np.int64)               # KV tokens in host memory (a swapped-out sequence)
+        self.swapped = np.zeros(n, np.int64)            # preemptions by swap
+        self.moves = []                                 # this step's (group, tokens, direction) for the tier
         self.rr = 0
         self.joined = 0                                  # prefilled requests admitted while planning a step
         self.rec = Trace()
@@ -114,6 +125,8 @@ class Scheduler:
         if self.balance == "round_robin":
             r, g = self.every_group[self.rr % len(self.every_group)]
             self.rr += 1
+        elif self.balance == "kv_aware":
+            r, g = max(self.every_group, key=lambda rg: self._room(self.groups[rg[0]][rg[1]]))
         else:
             r, g = min(self.every_group, key=lambda rg: self.groups[rg[0]][rg[1]].outstanding)
         grp = self.groups[r][g]
@@ -123,16 +136,33 @@ class Scheduler:
         self.group_of[rid] = r * self.plan.dp + g
         self.free_at[r] = max(self.free_at[r], t)
 
+    @staticmethod
+    def _room(grp: Group) -> int:
+        """KV tokens a group has left once its running sequences and its outstanding work are counted."""
+        return grp.capacity - grp.kv_used - grp.outstanding
+
     def _busy(self, r: int) -> bool:
         return any(g.waiting or g.running for g in self.groups[r])
 
     # ---------------------------------------------------------------- one replica's step
 
     def _preempt_newest(self, grp: Group) -> None:
-        """Free the newest running sequence's KV; it is prefilled again later (prompt + tokens so far)."""
+        """Free the newest running sequence's KV: offloaded to the host tier while it has room (reloaded when the
+        sequence is admitted again), else dropped and prefilled again later (prompt + tokens so far)."""
         rid = grp.running.pop()
         if rid in grp.prefilling:
             grp.prefilling.remove(rid)
+        held = int(self.kv[rid])
+        if self.tier is not None and held and grp.host_used + held <= self.tier.tokens_per_group:
+            from fabric.serve.tier import OFFLOAD
+            grp.kv_used -= held
+            grp.host_used += held
+            self.kv[rid] = 0
+            self.host[rid] = held
+            self.moves.append((int(self.group_of[rid]), held, OFFLOAD))
+            self.swapped[rid] += 1
+            grp.waiting.insert(0, rid)
+            return
         left_before = int(self.target[rid] - self.done_prefill[rid])
         grp.kv_used -= int(self.kv[rid])
         self.kv[rid] = 0
@@ -165,19 +195,26 @@ class Scheduler:
         promised = sum(int(self.target[r] - self.done_prefill[r]) for r in grp.prefilling)
         while grp.waiting and left > 0 and len(grp.running) < self.max_seqs:
             rid = grp.waiting[0]
-            need = int(self.target[rid])
-            if grp.kv_used + len(dec) + promised + need > grp.capacity:
+            todo = int(self.target[rid] - self.done_prefill[rid])     # prompt tokens still to prefill
+            # the KV it brings: swapped out (in host memory), or handed over whole (disaggregated), or none
+            brings = int(self.host[rid]) or (int(self.target[rid]) if todo <= 0 else 0)
+            if grp.kv_used + len(dec) + promised + brings + todo > grp.capacity:
                 break
             grp.waiting.pop(0)
             grp.running.append(rid)
-            if self.done_prefill[rid] >= need:        # arrived with its KV (disaggregated): decodes next step
-                self.kv[rid] = need
-                grp.kv_used += need
+            if self.host[rid]:                        # swapped out: reloaded before this step's forward pass
+                from fabric.serve.tier import RELOAD
+                self.moves.append((int(self.group_of[rid]), brings, RELOAD))
+                grp.host_used -= brings
+                self.host[rid] = 0
+            self.kv[rid] = brings
+            grp.kv_used += brings
+            if todo <= 0:                             # its KV is all here: decodes from the next step
                 self.joined += 1
                 continue
             grp.prefilling.append(rid)
-            promised += need
-            c = min(need, left)
+            promised += todo
+            c = min(todo, left)
             chunks.append((rid, c))
             left -= c
         return dec, chunks
@@ -185,12 +222,13 @@ class Scheduler:
     def _step(self, r: int) -> None:
         t = self.free_at[r]
         self.joined = 0
+        self.moves = []
         plans = [self._plan_group(g) for g in self.groups[r]]
         if not any(len(d) or c for d, c in plans):
             if not self.joined:
                 return
             plans = [self._plan_group(g) for g in self.groups[r]]     # the prefilled ones just admitted decode
-        if self.stretch and not self.joined and not any(c for _, c in plans):   # nothing admissible until a finish
+        if self.stretch and not self.joined and not self.moves and not any(c for _, c in plans):
             return self._decode_stretch(r, t, [d for d, _ in plans])
         sizes = [len(d) + sum(c for _, c in chunks) for d, chunks in plans]
         dec_kv = max(int(self.kv[d].sum()) for d, _ in plans)
@@ -200,6 +238,11 @@ class Scheduler:
                    for _, chunks in plans), key=lambda x: x[2])
         dur_us, comm_us, nbytes = self.sm.step(max(sizes), dec_kv, pre[2], mean_tokens=sum(sizes) / len(sizes),
                                                prefill=pre[0], prompts=pre[1])
+        if self.moves:                                # the tier's moves run first; the step waits for them
+            tier_us = self.tier.time_us(self.moves)
+            dur_us, comm_us = dur_us + tier_us, comm_us + tier_us
+            self.rec.tier_s += tier_us / 1e6
+            self.rec.tier_bytes += self.tier.bytes(self.moves)
         end = t + dur_us / 1e6
         for grp, (dec, chunks) in zip(self.groups[r], plans):
             self._advance_decode(grp, dec, 1, end)

@@ -1,0 +1,142 @@
+"""The host-memory KV tier in the scheduler (fabric.serve.tier, fabric.serve.scheduler), against a synthetic step
+model and tier timing: every KV block in exactly one place, bytes moved equal to the KV of the sequences moved, no
+decode before the KV is back, swap and recompute giving the same tokens at different times, every request served
+once; and the KV-aware balancer."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fabric.serve.plan import parse_plan
+from fabric.serve.scheduler import Scheduler
+from fabric.serve.tier import OFFLOAD, RELOAD
+from fabric.serve.workload import Workload
+from tests.test_serve_scheduler import LinearSteps, workload
+
+BPT = 1000.0                     # bytes per KV token, synthetic
+
+
+class _Fit:
+    def __init__(self, base, per_byte):
+        self.base_us, self.one_us_per_byte = base, per_byte
+
+
+class FakeTier:
+    """5 us + 1 us per token moved, stores what each of the group's ranks holds."""
+
+    engine = "synthetic"
+    bpt = BPT
+
+    def __init__(self, tokens_per_group, attn_tp):
+        self.tokens_per_group, self.attn_tp = tokens_per_group, attn_tp
+        self.fit = {OFFLOAD: _Fit(5.0, 1 / BPT), RELOAD: _Fit(5.0, 1 / BPT)}
+        self.log = []
+
+    def time_us(self, moves):
+        self.log.append(list(moves))
+        return 5.0 + sum(t for _, t, _ in moves)
+
+    def bytes(self, moves):
+        out = [0.0, 0.0]
+        for _, t, d in moves:
+            out[d] += t * BPT * self.attn_tp
+        return tuple(out)
+
+
+class Tracked(Scheduler):
+    """After every step: each sequence's KV is in exactly one place (HBM of its group, host memory, or neither
+    when it holds none), the groups' counts add up, and nothing decodes while its KV is in host memory."""
+
+    def _record(self, r, *args):
+        for g in self.groups[r]:
+            assert 0 <= g.kv_used <= g.capacity
+            assert g.kv_used == (int(self.kv[g.running].sum()) if g.running else 0)
+            if self.tier is not None:
+                assert 0 <= g.host_used <= self.tier.tokens_per_group
+                assert g.host_used == int(self.host[g.waiting].sum()) if g.waiting else g.host_used == 0
+        assert not ((self.kv > 0) & (self.host > 0)).any()          # never in two places
+        running = {rid for rep in self.groups for g in rep for rid in g.running}
+        assert all(self.host[rid] == 0 for rid in running)            # a running sequence's KV is all in HBM
+        super()._record(r, *args)
+
+
+def run(wl, plan="tp=8", capacity=400, tier_tokens=None, **kw):
+    p = parse_plan(plan)
+    tier = FakeTier(tier_tokens, p.attn_tp) if tier_tokens else None
+    s = Tracked(wl, p, LinearSteps(), capacity, tier=tier, **kw)
+    s.run()
+    return s
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(1, 30), seed=st.integers(0, 2**16), capacity=st.integers(260, 900),
+       tier_tokens=st.integers(1, 3000), budget=st.integers(1, 300),
+       plan=st.sampled_from(["tp=8", "attn=dp,ep=4", "tp=2,replicas=2"]),
+       balance=st.sampled_from(["least_tokens", "round_robin", "kv_aware"]), closed=st.sampled_from([0, 3]))
+def test_swapping_serves_every_request_once_with_its_tokens(n, seed, capacity, tier_tokens, budget, plan, balance,
+                                                            closed):
+    wl = workload(n, seed, closed)
+    s = run(wl, plan, capacity, tier_tokens, token_budget=budget, max_seqs=min(8, budget), balance=balance)
+    assert s.finished == n and (s.generated == wl.output_tokens).all()
+    assert all(g.host_used == 0 and g.kv_used == 0 for rep in s.groups for g in rep)
+    assert not s.host.any()
+    moved = [m for step in s.tier.log for m in step]
+    out = sum(t for _, t, d in moved if d == OFFLOAD)
+    back = sum(t for _, t, d in moved if d == RELOAD)
+    assert out == back                                   # everything offloaded came back (all finished)
+    assert s.rec.tier_bytes[0] == pytest.approx(out * BPT * s.plan.attn_tp)
+    assert s.rec.tier_bytes[1] == pytest.approx(back * BPT * s.plan.attn_tp)
+    assert (s.swapped > 0).sum() <= n
+
+
+def test_swap_and_recompute_give_the_same_tokens_at_different_times():
+    """KV pressure: without a tier the newest sequences are recomputed; with one they are swapped and no prompt
+    token is prefilled twice."""
+    wl = Workload("t", np.zeros(6), np.full(6, 100), np.full(6, 150))
+    recompute = run(wl, "tp=8", capacity=400, token_budget=1000, max_seqs=8)
+    swap = run(wl, "tp=8", capacity=400, tier_tokens=10_000, token_budget=1000, max_seqs=8)
+    assert recompute.preempted.sum() > 0 and swap.preempted.sum() == 0 and swap.swapped.sum() > 0
+    assert (swap.generated == recompute.generated).all() and swap.finished == recompute.finished == 6
+    prefilled = lambda s: sum(s.rec.step_prefill)                              # noqa: E731
+    assert prefilled(swap) == wl.prompt_tokens.sum() < prefilled(recompute)
+    assert not np.allclose(swap.finish, recompute.finish)
+    assert swap.rec.tier_s > 0 and recompute.rec.tier_s == 0
+
+
+def test_a_full_tier_falls_back_to_recompute():
+    wl = Workload("t", np.zeros(6), np.full(6, 100), np.full(6, 150))
+    s = run(wl, "tp=8", capacity=400, tier_tokens=120, token_budget=1000, max_seqs=8)
+    assert s.swapped.sum() > 0 and s.preempted.sum() > 0 and s.finished == 6
+
+
+def test_a_reloaded_sequence_waits_for_its_kv():
+    """The step that reloads a sequence pays for the move before its forward pass: its duration includes it."""
+    wl = Workload("t", np.zeros(6), np.full(6, 100), np.full(6, 150))
+    s = run(wl, "tp=8", capacity=400, tier_tokens=10_000, token_budget=1000, max_seqs=8)
+    assert any(d == RELOAD for step in s.tier.log for _, _, d in step)
+    base = LinearSteps()
+    waited = [dur * 1e6 - base.step(tok, 0)[0] for dur, tok, k in
+              zip(s.rec.step_dur_s, s.rec.step_tokens, s.rec.step_count) if k == 1]
+    assert max(waited) >= 5.0 + 100                      # 5 us + a 100-token reload at least
+
+
+def test_kv_aware_balancer_weighs_the_kv_already_held():
+    """Group 0 decodes a long prompt (much KV, little work left), group 1 a short prompt with a long output (little
+    KV, much work left). The next request goes where the work is least under least_tokens (group 0), where the KV
+    room is largest under kv_aware (group 1)."""
+    wl = Workload("t", np.array([0.0, 0.0001, 0.03]), np.array([3000, 10, 10]), np.array([400, 1000, 50]))
+    p = parse_plan("attn=dp,ep=2")
+    placed = {}
+    for balance in ("least_tokens", "kv_aware"):
+        s = Scheduler(wl, p, LinearSteps(), 10_000, balance=balance, token_budget=4096, max_seqs=8)
+        s.run()
+        assert s.finished == 3 and s.group_of[0] != s.group_of[1]
+        placed[balance] = s.group_of[2]
+    assert placed["least_tokens"] == 0 and placed["kv_aware"] == 1
+
+
+def test_unknown_balance_policy_is_one_line():
+    from fabric.errors import ConfigError
+    with pytest.raises(ConfigError, match="kv_aware"):
+        Scheduler(workload(2, 0), parse_plan("tp=8"), LinearSteps(), 400, balance="random")
