@@ -11,8 +11,15 @@ Layout (all windows are `topology.accel_mem_gib` GiB, the memory of one accelera
   cross-host P2P, forwarded through the fabric (`ingress_cost_ps` charges EndpointConfig.translation_ns, plus
   translation_miss_ns when the port's translation cache misses, plus p2p_forward_ns for shadow windows). The
   kernel does the same lookup (endpoint.pxi: window_find, translate) on the tables `kernel_tables` gives it.
+- Host-memory nodes (topology.host_memory, the last n_host_memory ranks) are ranks like the accelerators: each
+  belongs to its host domain, so it has a local window there and a shadow window in every other domain, and an
+  accelerator of any domain reaches it through the fabric by load/store. Its window is an aperture of
+  topology.accel_mem_gib (the layout gives every rank one window size, which the kernel's translation and the
+  C address passes rely on) while its capacity is topology.host_memory.gib_per_node: a KV tier addresses its
+  blocks through the aperture and keeps the capacity in its own accounting.
 - An access that is not wholly inside one window is an Unsupported Request: `translate` returns status STATUS_UR
-  with an error text (never an exception, never a wrong address) and the kernel completes the transfer with UR.
+  with an error text (never an exception, never a wrong address) and the kernel completes the transfer with UR;
+  the host's own DRAM below HOST_BASE stays outside every window (reach it through a host-memory node).
 - Overlapping or empty windows are refused with AddressError when a table is built.
 
 Buffers (docs/contracts.md §Addresses): the collective library's buffers are symmetric, at the same offsets in every
@@ -315,7 +322,8 @@ def global_addresses(peer, buf, off, src_pos, window_bytes: int, global_base: in
 
 
 def build_address_map(topo, cfg) -> AddressMap:
-    """The address map of a built Topology: one window of topology.accel_mem_gib GiB per rank."""
+    """The address map of a built Topology: one window of topology.accel_mem_gib GiB per rank (host-memory ranks
+    included: an aperture of their capacity)."""
     return AddressMap(topo.node_domain[:topo.n_ranks], cfg.topology.accel_mem_gib * GIB)
 
 

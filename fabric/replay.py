@@ -15,6 +15,8 @@ import contextlib
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from fabric import sim, trace as tracemod
 from fabric.config import FabricConfig
 from fabric.errors import ConfigError
@@ -22,7 +24,7 @@ from fabric.lower import lower
 from fabric.network import shared
 from fabric.report import collective_bytes, collective_summary, compute_totals, fault_summary, last_end_ps, \
     link_summary, step_summary, task_layers, translation_summary
-from fabric.taskgraph import TaskGraph
+from fabric.taskgraph import COMPUTE, TaskGraph
 from fabric.topology import Topology
 
 
@@ -78,10 +80,32 @@ def run_step(trace, cfg: FabricConfig, engine: str = "packet", *, topo=None, pro
     clock.split("engine", "run", res.wall_s)
     # the layers of the critical path's tasks only (a few thousand, not every task: 18 M at 1024 ranks)
     summary = step_summary(graph, res.task_start_ps, res.task_end_ps,
-                           (lambda tasks: task_layers(graph, trace, tasks)) if layers else None)
+                           (lambda tasks: _layers_or_host(graph, trace, tasks)) if layers else None)
     clock.stage("report")
     return StepRun(graph=graph, result=res, summary=summary, topo=topo, lower_s=lower_s, baseline_us=baseline_us,
                    migration=moved, recorded=recorded)
+
+
+HOST_GROUP = -2     # the critical path's "layer" of host tasks (compute ops on host streams: CPU operators)
+
+
+def _layers_or_host(graph: TaskGraph, trace, tasks):
+    """task_layers, with the tasks on host streams (tracemod.HOST_STREAM up) as HOST_GROUP: their time on the
+    critical path is host time, told apart from accelerator compute."""
+    groups = task_layers(graph, trace, tasks)
+    groups[graph.stream[tasks] >= tracemod.HOST_STREAM] = HOST_GROUP
+    return groups
+
+
+def _host_time(tr, graph: TaskGraph, step: dict, per_rank_compute):
+    """For a trace with host ops (a PyTorch trace's CPU operators): (host time on the critical path in us, the
+    per-rank compute without them); None for any other trace."""
+    if not any(np.any(t.stream >= tracemod.HOST_STREAM) for t in tr.ops):
+        return None
+    host = (graph.kind == COMPUTE) & (graph.coll < 0) & (graph.stream >= tracemod.HOST_STREAM)
+    busy = np.bincount(graph.rank[host], weights=graph.duration_ps[host], minlength=tr.n_ranks)
+    path_us = sum(g["compute_us"] for g in step["layers"] if g["layer"] == HOST_GROUP)
+    return path_us, per_rank_compute - busy
 
 
 class _Stages:
@@ -114,8 +138,8 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     path = trace_path or str(tracemod.default_trace_path())
     tr = tracemod.read(path)
     topo = shared(cfg)
-    if tr.n_ranks > topo.n_ranks - topo.n_spares:
-        raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_ranks - topo.n_spares} "
+    if tr.n_ranks > topo.n_serving:
+        raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_serving} "
                           f"serving accelerators; choose a preset with at least {tr.n_ranks} (sd200: 64, sd200-128 "
                           f"... sd200-1024)")
     if cfg.manager.migrate and timeline:
@@ -139,6 +163,11 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
     step_ps = step["step_ps"]
     per_rank_compute, reduce_ps = compute_totals(graph, tr.n_ranks)
     batch = int(tr.meta.get("batch", 1) or 1)
+    host = _host_time(tr, graph, step, per_rank_compute)
+    if host is not None:
+        step = dict(step, compute_us=step["compute_us"] - host[0],
+                    layers=[g for g in step["layers"] if g["layer"] != HOST_GROUP])
+        per_rank_compute = host[1]
     t = res.totals
     out = dict(
         trace=path, model=tr.meta.get("model", ""), engine=engine, preset=preset, seed=cfg.sim.seed,
@@ -158,6 +187,10 @@ def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet",
         e2e_holds=int(t["e2e_holds"]), translation=translation_summary(res.translation),
         tasks=int(graph.n_tasks), events=int(res.events), lower_s=run.lower_s, wall_s=res.wall_s,
     )
+    if host is not None:
+        out["host_us"] = host[0]          # CPU operators on the critical path: not in compute_us
+    if not any(np.any(t.kind == tracemod.KIND_COMPUTE) for t in tr.ops):
+        out["collectives_only"] = True    # a communication microbenchmark: no decode step, so no TPOT to speak of
     if res.faults:
         out["faults"] = fault_summary(topo, res, step_ps, baseline, step["step_us"])
     if run.migration is not None:

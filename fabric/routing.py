@@ -93,27 +93,37 @@ def _route_dor(topo: Topology, datelines: bool) -> None:
     R = topo.n_ranks
     S = len(topo.mesh_nodes)
     cnt, start, cptr, cch, cvcl = _router_candidates(topo, datelines)
-    N = topo.rank_ports
-    # pair (s, d) has lcm(m, N) paths (m router candidates, N ports per rank; none when s == d); path j: router
+    # pair (s, d) has lcm(m, N) paths (m router candidates, N port slots per rank; none when s == d); path j: router
     # candidate start[ab] + (j + s + d) % m between an up port (j + d) % N and a down port (j + s) % N, VC level 0
     # on those two hops (the loops over pairs and paths run in route_tables.pxi)
-    up, down = _attach_ports(topo, N) if N > 0 else (None, None)
+    up, down = _attach_ports(topo) if topo.rank_ports > 0 else (None, None)
+    N = up.shape[1] if up is not None else 0
     pair_ptr, path_ptr, path_ch, path_vcl = arrays.dor_expand_paths(R, S, topo.rank_router, N, cnt, start, cptr, cch,
                                                                     cvcl, up, down)
     topo.pair_ptr, topo.path_ptr, topo.path_ch, topo.path_vcl = pair_ptr, path_ptr, path_ch, path_vcl
 
 
-def _attach_ports(topo: Topology, N: int) -> tuple[np.ndarray, np.ndarray]:
-    """int32[R, N] channels rank -> router (up) and router -> rank (down), in lane order."""
+def _attach_ports(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """int32[R, N] channels rank -> router (up) and router -> rank (down), in lane order. Accelerators have
+    rank_ports ports, host-memory ranks their own count; N is the lcm of the counts and a rank with n ports repeats
+    them N / n times, so port slot (j + d) % N is its port (j + d) % n and an accelerator pair's candidate j is the
+    one it has without host memory (N = rank_ports then)."""
     R = topo.n_ranks
     router_nodes = topo.mesh_nodes[topo.rank_router]
     out = []
     for mine, other in ((topo.ch_src, topo.ch_dst), (topo.ch_dst, topo.ch_src)):
         sel = np.nonzero((mine < R) & (other >= R))[0]
         sel = sel[np.lexsort((topo.ch_lane[sel], mine[sel]))]
-        if len(sel) != R * N or np.any(other[sel].reshape(R, N) != router_nodes[:, None]):
-            raise RoutingError(f"{topo.name}: every rank must have exactly {N} ports to its router")
-        out.append(sel.astype(np.int32).reshape(R, N))
+        count = np.bincount(mine[sel], minlength=R)
+        want = np.full(R, topo.rank_ports)
+        want[topo.n_ranks - topo.n_host_memory:] = np.maximum(count[topo.n_ranks - topo.n_host_memory:], 1)
+        if np.any(count != want) or np.any(other[sel] != np.repeat(router_nodes, count)):
+            raise RoutingError(f"{topo.name}: every accelerator must have exactly {topo.rank_ports} ports to its "
+                               f"router, and every host-memory node at least one")
+        N = int(np.lcm.reduce(np.unique(count)))
+        first = np.concatenate(([0], np.cumsum(count)[:-1]))
+        slot = first[:, None] + np.arange(N)[None, :] % count[:, None]
+        out.append(sel[slot].astype(np.int32))
     return out[0], out[1]
 
 

@@ -6,8 +6,9 @@ fabric/topologies/ that builds with them; `fabric.network.build(cfg)` runs the k
 manager (fabric.routing). See docs/contracts.md for the array contract and docs/topology.md for every kind and
 preset. Nothing here reads a config section by name but [phy] (the Builder's link defaults).
 
-Numbering: ranks (accelerators) are nodes 0..R-1; switches, NICs and other nodes follow. Channel 2k and 2k+1 are
-the two directions of link k.
+Numbering: ranks (endpoints) are nodes 0..R-1: the serving accelerators, then the spares (n_spares), then the
+host-memory nodes (n_host_memory); switches, NICs and other nodes follow. Channel 2k and 2k+1 are the two
+directions of link k.
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import numpy as np
 from fabric.errors import ConfigError
 from fabric.phy import GBps, data_gbps, effective_ber, link_latency_ps, ps_per_byte
 
-ACCEL, SWITCH, NIC = 0, 1, 2
-KIND_NAMES = {ACCEL: "accelerator", SWITCH: "switch", NIC: "nic"}
+ACCEL, SWITCH, NIC, HOST_MEMORY = 0, 1, 2, 3
+KIND_NAMES = {ACCEL: "accelerator", SWITCH: "switch", NIC: "NIC", HOST_MEMORY: "host memory"}
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Topology:
     name: str
     n_ranks: int
     node_names: list[str]
-    node_kind: np.ndarray          # int8[n_nodes]: 0 accelerator, 1 switch, 2 NIC
+    node_kind: np.ndarray          # int8[n_nodes]: 0 accelerator, 1 switch, 2 NIC, 3 host memory
     node_domain: np.ndarray        # int32[n_nodes]: host domain, -1 for none
     node_latency_ps: np.ndarray    # int64[n_nodes]: cost of crossing (being forwarded by) the node
     # --- channels (one direction of a link) ---
@@ -59,8 +60,32 @@ class Topology:
     rank_ports: int = 0            # parallel ports rank -> router; 0 when the rank is its own router
     routing: str = ""              # algorithm the fabric manager used (dor, dor-dateline, updown, shortest)
     node_reduce: np.ndarray = None  # bool[n_nodes]: switch reduces and multicasts in the switch (switch.reduction)
-    n_spares: int = 0              # spare accelerators: the last n_spares ranks (topology.spares), idle until a
-                                   # serving rank migrates to one (fabric.faults.migration)
+    n_spares: int = 0              # spare accelerators: the n_spares ranks after the serving ones
+                                   # (topology.sd200.spares), idle until a serving rank migrates to one
+                                   # (fabric.faults.migration)
+    n_host_memory: int = 0         # host-memory nodes: the last n_host_memory ranks (topology.host_memory)
+    host_memory_gib: int = 0       # capacity of each host-memory node (topology.host_memory.gib_per_node), GiB
+
+    # ---------------------------------------------------------------- rank classes
+    @property
+    def n_serving(self) -> int:
+        """Ranks that can run work: the accelerators 0..n_serving-1 (not the spares, not host memory)."""
+        return self.n_ranks - self.n_spares - self.n_host_memory
+
+    @property
+    def spare_ranks(self) -> np.ndarray:
+        """int64[n_spares]: the spare accelerators' ranks."""
+        return np.arange(self.n_serving, self.n_serving + self.n_spares)
+
+    @property
+    def host_memory_ranks(self) -> np.ndarray:
+        """int64[n_host_memory]: the host-memory ranks in domain order (node k of domain d at d*per_domain + k)."""
+        return np.arange(self.n_ranks - self.n_host_memory, self.n_ranks)
+
+    def host_memory_of(self, domain: int) -> np.ndarray:
+        """int64[k]: the host-memory ranks of host domain `domain` (empty where it has none)."""
+        hm = self.host_memory_ranks
+        return hm[self.node_domain[hm] == domain]
 
     # ---------------------------------------------------------------- conveniences
     @property
@@ -341,7 +366,7 @@ def metrics(topo: Topology) -> dict:
     off = ~np.eye(R, dtype=bool)
     n_cand = np.diff(topo.pair_ptr).reshape(R, R)[off]
     bis, how = bisection(topo)
-    kinds = np.bincount(topo.node_kind.astype(np.int64), minlength=3)
+    kinds = np.bincount(topo.node_kind.astype(np.int64), minlength=len(KIND_NAMES))
     return {
         "name": topo.name,
         "kind": topo.kind,
@@ -350,6 +375,7 @@ def metrics(topo: Topology) -> dict:
         "ranks": R,
         "switches": int(kinds[SWITCH]),
         "nics": int(kinds[NIC]),
+        "host_memory": int(kinds[HOST_MEMORY]),
         "links": topo.n_links,
         "channels": topo.n_channels,
         "diameter": int(hops[off].max()) if R > 1 else 0,

@@ -36,8 +36,9 @@ def topology_cmd(preset, config_file, sets, seed, json_path, nodes):
     m = metrics(topo)
     m["preset"] = preset
     click.echo(f"{m['name']}: {m['description']}")
-    click.echo(f"  nodes            {m['nodes']} ({m['ranks']} accelerators, {m['switches']} switches, "
-               f"{m['nics']} NICs)")
+    hmem = f", {m['host_memory']} host-memory nodes" if m["host_memory"] else ""
+    click.echo(f"  nodes            {m['nodes']} ({m['ranks'] - m['host_memory']} accelerators{hmem}, "
+               f"{m['switches']} switches, {m['nics']} NICs)")
     click.echo(f"  links            {m['links']} ({m['channels']} channels)")
     click.echo(f"  routing          {m['routing']}, {m['vc_levels']} VC level(s), up to {m['max_candidates']} "
                f"candidate path(s) per pair")
@@ -46,9 +47,9 @@ def topology_cmd(preset, config_file, sets, seed, json_path, nodes):
     click.echo(f"  bisection        {m['bisection_GBps']:.1f} GB/s per direction ({m['bisection_cut']})")
     if nodes:
         from collections import Counter
-        kinds = ("accelerator", "switch", "NIC")
+        from fabric.topology import KIND_NAMES
         for n, name in enumerate(topo.node_names):
             peers = Counter(topo.node_names[v] for v in topo.ch_dst[topo.ch_src == n])
             links = ", ".join(f"{name}-{p}" + (f" (x{k}: #0..#{k - 1})" if k > 1 else "") for p, k in peers.items())
-            click.echo(f"  {name:10s} {kinds[int(topo.node_kind[n])]:12s} {links}")
+            click.echo(f"  {name:10s} {KIND_NAMES[int(topo.node_kind[n])]:12s} {links}")
     write_json(json_path, m, provenance(cfg, preset, config_file, sets, seed))

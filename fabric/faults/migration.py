@@ -119,7 +119,7 @@ class _Spares:
 
     def __init__(self, cfg, topo, ranks: np.ndarray):
         self.cfg, self.topo, self.ranks = cfg, topo, ranks
-        self.free = list(range(topo.n_ranks - topo.n_spares, topo.n_ranks))
+        self.free = topo.spare_ranks.tolist()
         self.rank_map = np.arange(topo.n_ranks, dtype=np.int64)
         self.offset, self.given, self.events = 0, {}, []
 

@@ -44,6 +44,7 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {}
+SHARED: dict[str, type] = {}   # sub-sections that no kind owns, read by the kinds that name them in `reads`
 
 
 def register(kind: Kind) -> Kind:
@@ -51,11 +52,21 @@ def register(kind: Kind) -> Kind:
     if kind.name in KINDS:
         raise ValueError(f"topology kind {kind.name!r} is registered twice")
     other = next((k for k in KINDS.values() if k.section_name and k.section_name == kind.section_name), None)
+    if kind.section_name in SHARED:
+        raise ValueError(f"topology kind {kind.name} declares [topology.{kind.section_name}], a shared sub-section")
     if other is not None and other.params is not kind.params:
         raise ValueError(f"topology kinds {other.name} and {kind.name} declare different [topology."
                          f"{kind.section_name}] sections")
     KINDS[kind.name] = kind
     return kind
+
+
+def register_section(name: str, params: type) -> None:
+    """Add a sub-section [topology.<name>] that belongs to no kind (host memory): the kinds that read it name it in
+    `reads`, and its `check` refuses it on the others."""
+    if name in SHARED or any(k.section_name == name for k in KINDS.values()):
+        raise ValueError(f"[topology.{name}] is registered twice")
+    SHARED[name] = params
 
 
 def get(name: str) -> Kind:
@@ -66,12 +77,12 @@ def get(name: str) -> Kind:
 
 
 def sections() -> dict[str, type]:
-    """Sub-section name -> its dataclass, in the order the kinds registered them."""
+    """Sub-section name -> its dataclass, in the order the kinds registered them, then the shared ones."""
     out: dict[str, type] = {}
     for k in KINDS.values():
         if k.section_name:
             out.setdefault(k.section_name, k.params)
-    return out
+    return out | SHARED
 
 
 def readers(section: str) -> list[str]:
