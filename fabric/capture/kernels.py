@@ -71,6 +71,10 @@ class KernelParams:
     attn_block_n: int = 64
     attn_combine: str = "kernel"      # split-KV combine: "kernel" or "fused"
     elem_per_cta: int = 4096
+    l2_mib: float = 0.0               # MiB of L2: a small kernel's input just written by its producer is read from
+    #                                   L2 when it fits (0: no cache modelled, inputs stream from HBM)
+    l2_latency_ratio: float = 1.0     # loaded L2-hit latency over the loaded HBM latency (mem_latency_ns)
+    exp_tops: float = 0.0             # T exp/s of the special-function units (FlashAttention's softmax); 0: none
     launch_mode: str = "graph"
     launch_ns: dict = field(default_factory=dict)   # mode -> ns
 
@@ -213,31 +217,71 @@ def attention_parts(chip, kp: KernelParams, seqs: int, groups: int, heads_per_gr
                 flops=2.0 * units * hq * ctx * (dk + dv), bytes=total, beta=kp.gemm_sm_gbps)
 
 
+def _lpt_makespan(work, units: int) -> float:
+    """Makespan of CTAs of `work` ns each on `units` compute units, longest first, each to the least-loaded unit
+    (FlashAttention launches the longest causal tiles first); rounds of `units` CTAs keep this numpy, not per CTA."""
+    w = np.sort(np.asarray(work, float))[::-1]
+    load = np.zeros(units)
+    for i in range(0, len(w), units):
+        chunk = w[i:i + units]
+        load.sort()
+        load[:len(chunk)] += chunk
+    return float(load.max())
+
+
 def prefill_attention_parts(chip, kp: KernelParams, tokens: int, seqs: int, heads: int, ctx: float,
-                            cta_row_bytes: float, kv_bytes: float, dk: int, dv: int) -> dict:
-    """Prefill attention (FlashAttention forward) of `tokens` prompt tokens in `seqs` sequences: one CTA per (query
-    tile of gemm_tile_m tokens of one sequence, head), streaming the `ctx` keys its tokens attend to on average
-    (causal), `cta_row_bytes` per key; HBM serves each sequence's KV (`kv_bytes` in all) once, the other tiles and
-    heads hit L2. Compute-bound at any useful size: no KV split, no combine."""
-    tile_m = kp.gemm_tile_m
-    ctas = seqs * math.ceil(tokens / seqs / tile_m) * heads
-    b = ctx * cta_row_bytes + tile_m * dk * ACT
+                            cta_row_bytes: float, kv_bytes: float, dk: int, dv: int, causal: bool = True) -> dict:
+    """Prefill attention (FlashAttention forward) of `tokens` prompt tokens in `seqs` sequences, `ctx` keys per
+    query on average: one CTA per (query tile of gemm_tile_m tokens of one sequence, head), each over its keys in
+    blocks of gemm_tile_n. A block costs its two MMAs at the dense peak plus its exponentials on the special-function
+    units (exp_tops), one after the other; each CTA pays the prologue (round_trips memory latencies: Q, then the
+    first K/V block). Causal: a sequence's prefix P = ctx - (its tokens + 1) / 2 is recovered from the mean, tile i
+    sees P + (i + 1) x tile_m keys (diagonal blocks computed whole); the CTAs are list-scheduled longest first.
+    HBM serves each sequence's KV (`kv_bytes` in all) once, the other tiles and heads hit L2."""
+    bm, bn = kp.gemm_tile_m, kp.gemm_tile_n
+    per_seq = math.ceil(tokens / seqs)
+    tiles = math.ceil(per_seq / bm)
+    if causal:
+        prefix = max(0.0, ctx - (per_seq + 1) / 2)
+        keys = np.minimum(prefix + bm * np.arange(1, tiles + 1), prefix + per_seq)
+    else:
+        keys = np.full(tiles, float(ctx))
+    blocks = np.ceil(keys / bn)
+    peak = chip.peak_tflops["bf16"] * 1e3 / kp.sms                      # FLOP/ns of one unit
+    t_block = 2.0 * bm * bn * (dk + dv) / peak + (bm * bn / (kp.exp_tops * 1e3 / kp.sms) if kp.exp_tops else 0.0)
+    work = kp.latency_ns + blocks * t_block                            # ns per CTA of each tile
+    ctas = seqs * tiles * heads
+    b = float(keys.max()) * cta_row_bytes + bm * dk * ACT
     total = kv_bytes + tokens * heads * (dk + dv) * ACT
-    return dict(kind="attention", path="flash-prefill", tile=(tile_m, kp.attn_block_n), tiles=ctas, split=1,
-                ctas=ctas, b=b, total=total, flops_cta=2.0 * tile_m * ctx * (dk + dv), dtype="bf16", latency=True,
-                extra=[], flops=2.0 * tokens * heads * ctx * (dk + dv), bytes=total, beta=kp.gemm_sm_gbps)
+    return dict(kind="attention", path="flash-prefill", tile=(bm, bn), tiles=ctas, split=1, ctas=ctas, b=b,
+                total=total, flops_cta=2.0 * bm * float(keys.mean()) * (dk + dv), dtype="bf16", latency=False,
+                extra=[], flops=2.0 * tokens * heads * ctx * (dk + dv), bytes=total, beta=kp.gemm_sm_gbps,
+                t_comp_ns=_lpt_makespan(np.repeat(work, seqs * heads), kp.sms))
 
 
-def _rows_parts(kp: KernelParams, rows: int, nbytes: float, flops: float) -> dict:
+def _small_beta(kp: KernelParams, src: str) -> float:
+    """What one unit streams in a small kernel: the GEMV-class rate, over the shorter L2 latency when its input was
+    just written by the kernel before it and still sits in L2 (src "l2")."""
+    return kp.sm_gbps / kp.l2_latency_ratio if src == "l2" else kp.sm_gbps
+
+
+def input_source(kp: KernelParams, in_bytes: float) -> str:
+    """Where a small kernel's input lives when its producer ran just before: "l2" if it fits the L2, else "hbm"."""
+    return "l2" if in_bytes <= kp.l2_mib * 2 ** 20 else "hbm"
+
+
+def _rows_parts(kp: KernelParams, rows: int, nbytes: float, flops: float, src: str = "hbm") -> dict:
     rows = max(1, int(rows))
     return dict(kind="rows", path="row-per-cta", tile=None, tiles=rows, split=1, ctas=rows, b=nbytes / rows,
-                total=nbytes, flops_cta=0.0, dtype="fp32", latency=False, extra=[], flops=flops, bytes=nbytes)
+                total=nbytes, flops_cta=0.0, dtype="fp32", latency=False, extra=[], flops=flops, bytes=nbytes,
+                beta=_small_beta(kp, src), src=src)
 
 
-def _elementwise_parts(kp: KernelParams, elems: int, nbytes: float, flops: float) -> dict:
+def _elementwise_parts(kp: KernelParams, elems: int, nbytes: float, flops: float, src: str = "hbm") -> dict:
     ctas = max(1, math.ceil(elems / kp.elem_per_cta))
     return dict(kind="elementwise", path="elementwise", tile=None, tiles=ctas, split=1, ctas=ctas, b=nbytes / ctas,
-                total=nbytes, flops_cta=0.0, dtype="fp32", latency=False, extra=[], flops=flops, bytes=nbytes)
+                total=nbytes, flops_cta=0.0, dtype="fp32", latency=False, extra=[], flops=flops, bytes=nbytes,
+                beta=_small_beta(kp, src), src=src)
 
 
 def _finish(chip, kp: KernelParams, parts: dict, launch: str | None) -> dict:
@@ -247,7 +291,9 @@ def _finish(chip, kp: KernelParams, parts: dict, launch: str | None) -> dict:
     beta = parts.get("beta", kp.sm_gbps)
     t_mem, t_lat, t_bw = (float(x) for x in _stream(kp, chip.hbm_gbps, parts["ctas"], parts["b"], parts["total"],
                                                     sm_gbps=beta))
-    if parts["kind"] in ("matrix", "attention"):
+    if "t_comp_ns" in parts:       # scheduled per CTA by its shape (prefill attention)
+        t_comp = parts["t_comp_ns"]
+    elif parts["kind"] in ("matrix", "attention"):
         t_comp = _compute(chip, kp, parts["ctas"], parts["flops_cta"], parts["dtype"])
     else:  # vector work on the CUDA cores: flops at the fp32 peak over the CTAs' units
         n_units = min(parts["ctas"], kp.sms)
@@ -282,17 +328,23 @@ def _finish(chip, kp: KernelParams, parts: dict, launch: str | None) -> dict:
 
 def predict(chip, op: str, *, shape: tuple = (), tokens: int = 1, dtype: str = "bf16", launch: str | None = None,
             groups: int = 1, ctx: int = 0, heads: int = 1, kv_heads: int = 1, head_dim: int = 128,
-            rope: int = 0, fused: bool | None = None) -> dict:
+            rope: int = 0, fused: bool | None = None, phase: str = "decode", seqs: int = 1,
+            inputs: str = "hbm") -> dict:
     """Predicted time of one op on `chip` with its breakdown (every time in ns, plus time_us).
 
     op        linear | bmm | grouped (shape IN,OUT; `groups` products; `dtype` the weight dtype)
               attention (heads / kv_heads / head_dim of this rank, ctx cached tokens; MLA: kv_heads=1, head_dim =
               kv_lora, rope = rope dims, the latent shared by every head)
+              attention, phase "prefill": causal FlashAttention forward of `tokens` prompt tokens split evenly over
+              `seqs` sequences, ctx = the keys a sequence's last prompt token sees (its prefix + its tokens); MLA
+              in the multi-head form (head_dim = the per-head nope / v size, rope the shared rope dims)
               norm | softmax | topk | embedding (shape WIDTH: one row of WIDTH per token)
               elementwise | copy (shape ELEMENTS per token)
     tokens    rows of the activation (batch x tokens per sequence at decode)
     fused     True: split-K reduce / split-KV combine inside the kernel (a serving engine's fused kernels);
               False: as separate kernels; None: the chip profile's choice
+    inputs    norm | softmax | topk | elementwise | copy: "hbm" (a standalone kernel, as a benchmark that flushes
+              the cache runs it) or "l2" (written by the kernel just before, as in a decode step)
     """
     kp = params_of(chip)
     if op not in OPS:
@@ -308,14 +360,21 @@ def predict(chip, op: str, *, shape: tuple = (), tokens: int = 1, dtype: str = "
     if op != "attention" and len(shape) != need:
         raise ConfigError(f"--op {op} needs --shape with {need} dimension{'s' if need > 1 else ''} "
                           f"({'IN,OUT' if need == 2 else 'WIDTH'}), got {len(shape)}")
+    if phase not in ("decode", "prefill"):
+        raise ConfigError(f"--phase {phase!r} must be decode or prefill")
+    if inputs not in ("hbm", "l2"):
+        raise ConfigError(f"--inputs {inputs!r} must be hbm or l2")
     w = WEIGHT_BYTES[dtype]
+    src = input_source(kp, float("inf")) if inputs == "hbm" else "l2"
     if op in ("linear", "bmm", "grouped"):
         K, N = shape
         parts = matrix_parts(chip, kp, groups, tokens, K, N, w, COMPUTE_DTYPE[dtype], fused)
     elif op == "attention":
         if ctx < 1 or heads < 1 or kv_heads < 1 or heads % kv_heads:
             raise ConfigError(f"attention needs ctx >= 1 and heads ({heads}) a multiple of kv_heads ({kv_heads})")
-        if rope:   # MLA: one latent of head_dim (kv_lora) + rope per token, shared by every head
+        if phase == "prefill":
+            parts = _prefill_parts(chip, kp, tokens, seqs, ctx, heads, kv_heads, head_dim, rope)
+        elif rope:   # MLA: one latent of head_dim (kv_lora) + rope per token, shared by every head
             parts = attention_parts(chip, kp, tokens, 1, heads, ctx, (head_dim + rope) * ACT, head_dim + rope,
                                     head_dim, fused)
         else:
@@ -323,21 +382,40 @@ def predict(chip, op: str, *, shape: tuple = (), tokens: int = 1, dtype: str = "
                                     head_dim, head_dim, fused)
     elif op in ("norm", "softmax"):
         (W,) = shape
-        parts = _rows_parts(kp, tokens, 2 * tokens * W * ACT + W * ACT, 5.0 * tokens * W)
+        parts = _rows_parts(kp, tokens, 2 * tokens * W * ACT + W * ACT, 5.0 * tokens * W, src)
     elif op == "topk":
         (E,) = shape
         parts = _rows_parts(kp, tokens, tokens * E * 4 + E * 4 + tokens * 8 * 8,
-                            tokens * E * max(1.0, math.log2(E)) * 2)
+                            tokens * E * max(1.0, math.log2(E)) * 2, src)
     elif op == "embedding":
         (W,) = shape
         parts = _rows_parts(kp, tokens, 2 * tokens * W * ACT + tokens * 8, 0.0)
     else:  # elementwise / copy: read and write every element once (elementwise: two inputs)
         (E,) = shape
         n_in = 2 if op == "elementwise" else 1
-        parts = _elementwise_parts(kp, tokens * E, (n_in + 1) * tokens * E * ACT, float(tokens * E))
+        parts = _elementwise_parts(kp, tokens * E, (n_in + 1) * tokens * E * ACT, float(tokens * E), src)
     out = _finish(chip, kp, parts, launch)
     out.update(op=op, shape=list(shape), tokens=tokens, dtype=dtype, chip=chip.name)
     return out
+
+
+def _prefill_parts(chip, kp: KernelParams, tokens: int, seqs: int, ctx: int, heads: int, kv_heads: int,
+                   head_dim: int, rope: int) -> dict:
+    """predict's prefill attention: `tokens` split over `seqs` sequences whose last token sees `ctx` keys."""
+    if not isinstance(seqs, int) or seqs < 1 or tokens % seqs:
+        raise ConfigError(f"--seqs={seqs!r} must be a positive integer dividing --tokens={tokens}")
+    per_seq = tokens // seqs
+    if ctx < per_seq:
+        raise ConfigError(f"--ctx={ctx} must be at least the prompt tokens per sequence ({per_seq}): the last "
+                          f"prompt token sees its prefix and every prompt token")
+    mean_keys = ctx - (per_seq - 1) / 2
+    if rope:      # MLA, multi-head form: per-head keys (nope + the shared rope) and values after kv_b_proj
+        dk, dv = head_dim + rope, head_dim
+        row, kv = (dk + dv) * ACT, seqs * ctx * (heads * (head_dim + head_dim) + rope) * ACT
+    else:
+        dk = dv = head_dim
+        row, kv = 2 * head_dim * ACT, seqs * ctx * kv_heads * 2 * head_dim * ACT
+    return prefill_attention_parts(chip, kp, tokens, seqs, heads, mean_keys, row, kv, dk, dv)
 
 
 def logical_op_time(chip, op, t_shard: int, b: int, wdtype: str, moe: dict | None = None,
@@ -356,7 +434,8 @@ def logical_op_time(chip, op, t_shard: int, b: int, wdtype: str, moe: dict | Non
     if o == "norm":
         n = d["n"] if op.style == "replicated" else sh(d["n"])
         rows, width = b * n, d["width"]
-        parts = _rows_parts(kp, rows, (4 if d["add"] else 2) * rows * width * ACT + width * ACT, 4.0 * rows * width)
+        parts = _rows_parts(kp, rows, (4 if d["add"] else 2) * rows * width * ACT + width * ACT, 4.0 * rows * width,
+                            input_source(kp, (2 if d["add"] else 1) * rows * width * ACT))
     elif o == "linear":
         i, out = linear_dims(op.style, d, sh)
         parts = matrix_parts(chip, kp, 1, b, i, out, w, cd, fused)
@@ -402,15 +481,18 @@ def logical_op_time(chip, op, t_shard: int, b: int, wdtype: str, moe: dict | Non
         width = d["width"] if o == "act" and op.style == "replicated" else (
             sh(d["width"]) if o == "act" else (d["inter"] if moe["ep"] > 1 else sh(d["inter"])))
         rows = b if o == "act" else moe["pairs"]
-        parts = _elementwise_parts(kp, rows * width, 3 * rows * width * ACT, 3.0 * rows * width)
+        parts = _elementwise_parts(kp, rows * width, 3 * rows * width * ACT, 3.0 * rows * width,
+                                   input_source(kp, 2 * rows * width * ACT))
     elif o in ("rope_mla", "rope_gqa", "embedding", "topk", "moe_combine"):
         if flops is None or nbytes is None:
             raise ConfigError(f"logical op {op.name} ({o}): pass its flops and bytes (fabric.capture.plan.kernel_cost)")
-        if o in ("embedding", "topk"):
+        if o == "embedding":        # a gather from the table in HBM
             parts = _rows_parts(kp, b, nbytes, flops)
+        elif o == "topk":           # the router's logits, just written
+            parts = _rows_parts(kp, b, nbytes, flops, input_source(kp, nbytes))
         else:
             elems = max(1, int(nbytes // (3 * ACT)))
-            parts = _elementwise_parts(kp, elems, nbytes, flops)
+            parts = _elementwise_parts(kp, elems, nbytes, flops, input_source(kp, nbytes))
     else:
         raise ConfigError(f"the shape-aware model has no rule for logical op type {o!r} ({op.name})")
     return _finish(chip, kp, parts, launch)

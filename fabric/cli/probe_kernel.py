@@ -51,23 +51,41 @@ def probe_kernel(chip: str, op: str, shape=(), tokens: int = 1, dtype: str = "bf
 @click.option("--kv-heads", type=int, default=1, show_default=True, help="attention: KV heads on this rank")
 @click.option("--head-dim", type=int, default=128, show_default=True, help="attention: head size (MLA: kv_lora)")
 @click.option("--rope", type=int, default=0, show_default=True, help="attention: MLA rope dims (0 = GQA)")
+@click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True,
+              help="attention: decode (split-KV over --ctx cached tokens) or prefill (causal FlashAttention over "
+                   "--tokens prompt tokens; --ctx = keys the last one sees)")
+@click.option("--seqs", type=int, default=1, show_default=True,
+              help="attention --phase prefill: sequences the --tokens are split over")
+@click.option("--tokens-per-group", type=int, default=None,
+              help="grouped: activation rows per group (expert); sets --tokens")
+@click.option("--inputs", type=click.Choice(["hbm", "l2"]), default="hbm", show_default=True,
+              help="norm/softmax/topk/elementwise/copy: input read from HBM (standalone) or from L2 (just written "
+                   "by the kernel before, as in a decode step)")
 @json_option("write the result as JSON")
 @friendly
-def kernel_cmd(chip, op, shape, tokens, dtype, launch, groups, ctx, heads, kv_heads, head_dim, rope, json_path):
+def kernel_cmd(chip, op, shape, tokens, dtype, launch, groups, ctx, heads, kv_heads, head_dim, rope, phase, seqs,
+               tokens_per_group, inputs, json_path):
     check_writable(json_path)
     from fabric.errors import ConfigError
     dims = parse_shape(shape)
     if op != "attention" and not dims:
         raise ConfigError(f"--op {op} needs --shape")
-    extra = dict(ctx=ctx, heads=heads, kv_heads=kv_heads, head_dim=head_dim, rope=rope) if op == "attention" \
-        else dict(groups=groups)
-    for k, v in dict(groups=groups, ctx=ctx, heads=heads, kv_heads=kv_heads, head_dim=head_dim).items():
+    if tokens_per_group is not None:
+        if op != "grouped":
+            raise ConfigError(f"--tokens-per-group is for --op grouped (got --op {op}); use --tokens")
+        tokens = tokens_per_group
+    extra = dict(ctx=ctx, heads=heads, kv_heads=kv_heads, head_dim=head_dim, rope=rope, phase=phase, seqs=seqs) \
+        if op == "attention" else dict(groups=groups, inputs=inputs)
+    for k, v in dict(groups=groups, ctx=ctx, heads=heads, kv_heads=kv_heads, head_dim=head_dim, seqs=seqs,
+                     tokens_per_group=tokens if tokens_per_group is not None else 1).items():
         if v < 1:
             raise ConfigError(f"--{k.replace('_', '-')}={v} must be a positive integer")
     r = probe_kernel(chip, op, dims, tokens=tokens, dtype=dtype, launch=launch, **extra)
-    what = (f"{op} {'x'.join(map(str, dims))}" if op != "attention"
-            else f"attention over {ctx} tokens, {heads} heads / {kv_heads} KV heads of {head_dim}"
-                 + (f" + rope {rope}" if rope else ""))
+    what = (f"{op} {'x'.join(map(str, dims))}" + (f", {groups} groups" if op == "grouped" else "")
+            if op != "attention"
+            else f"{'causal prefill ' if phase == 'prefill' else ''}attention over {ctx} tokens, {heads} heads / "
+                 f"{kv_heads} KV heads of {head_dim}" + (f" + rope {rope}" if rope else "")
+                 + (f", {seqs} sequences" if phase == "prefill" and seqs > 1 else ""))
     click.echo(f"{what}, {tokens} token{'s' if tokens > 1 else ''}, {dtype} on {r['chip']} ({r['launch']} launch): "
                f"{r['time_us']:.2f} us, {r['regime']}-bound")
     click.echo(f"  kernel: compute {r['compute_ns'] / 1e3:.2f} us, memory {r['memory_ns'] / 1e3:.2f} us, "
@@ -78,4 +96,5 @@ def kernel_cmd(chip, op, shape, tokens, dtype, launch, groups, ctx, heads, kv_he
                f"split {r['split']}, {r['kernels']} kernel{'s' if r['kernels'] != 1 else ''}")
     for e in r["extra"]:
         click.echo(f"  + {e['name']}: {e['time_us']:.2f} us ({e['ctas']} CTAs)")
-    write_json(json_path, r, version_meta(chip=chip, op=op, shape=shape, tokens=tokens, dtype=dtype, launch=launch))
+    write_json(json_path, r, version_meta(chip=chip, op=op, shape=shape, tokens=tokens, dtype=dtype, launch=launch,
+                                          phase=phase, seqs=seqs, inputs=inputs))
