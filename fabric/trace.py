@@ -60,6 +60,8 @@ META_KEYS = ("schema_version", "model", "model_config", "plan", "batch", "contex
 # Bounds (docs/trace-format.md §Bounds): what the engines represent in int64 picoseconds and bytes without overflow
 # over a step, even if every op of a rank ran back to back and every byte crossed a 1 GB/s link (1000 ps/B).
 MAX_STREAM = (1 << 16) - 1          # streams per rank are few (CUDA streams); ids index per-rank tables
+HOST_STREAM = 1 << 15               # streams from here up are host (CPU) threads: their ops are host time, not
+                                    # accelerator compute (a PyTorch trace's CPU operators, fabric.chakra)
 MAX_OP_NS = 1e12                    # one op: 1000 s
 MAX_RANK_NS = 1e15                  # all compute ops of one rank: 1e18 ps, a quarter of int64's 9.2e18
 MAX_OP_BYTES = 1 << 44              # one collective or message: 16 TiB (x group size < 2^54 in the lowering)
@@ -134,7 +136,9 @@ class Trace:
     ops: list[OpTable] = field(default_factory=list)
 
     def compute_ns_per_rank(self) -> np.ndarray:
-        return np.array([float(t.duration_ns[t.kind == KIND_COMPUTE].sum()) for t in self.ops])
+        """Accelerator compute per rank: compute ops on host streams (HOST_STREAM up) are host time."""
+        return np.array([float(t.duration_ns[(t.kind == KIND_COMPUTE) & (t.stream < HOST_STREAM)].sum())
+                         for t in self.ops])
 
 
 def replicate(trace: Trace, copies: int) -> Trace:

@@ -1,5 +1,9 @@
 """Chakra execution traces: export then import gives the same trace; files other tools write import; bad input is
 one line and exit 2."""
+import re
+import tarfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -157,3 +161,95 @@ def test_metadata_nodes_are_dropped_and_their_dependencies_kept(tmp_path):
     (tmp_path / "x.0.et").write_bytes(meta + b"".join(S.framed(n) for n in (b, m2, a, m)))
     t = chakra.import_trace(tmp_path).ops[0]
     assert list(t.name) == ["a", "b"] and [list(t.deps(i)) for i in range(2)] == [[], [0]]
+
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def pytorch_dir(tmp_path_factory):
+    """Chakra's own PyTorch-derived test trace (one rank), unpacked from the archive Chakra ships it in."""
+    d = tmp_path_factory.mktemp("pytorch")
+    with tarfile.open(DATA / "chakra_pytorch" / "feeder_tests_trace.tar.gz") as tar:
+        tar.extractall(d, filter="data")
+    return d / "tests" / "data"
+
+
+def test_a_trace_recorded_from_pytorch_imports_as_chakras_feeder_reads_it(pytorch_dir):
+    tr = chakra.import_trace(pytorch_dir)
+    c = tr.meta["chakra_import"]
+    # its control edges are PyTorch's call tree: parents not in the file (node 216 -> 3), itself, or both ways
+    assert (c["ctrl_deps_absent"], c["ctrl_deps_cyclic"]) == (1660, 554)
+    assert (c["cpu_ops"], c["host_us"], c["cpu_ops_as"]) == (2448, 52252, "host")
+    t = tr.ops[0]
+    host = t.stream >= T.HOST_STREAM
+    assert len(t) == 3664 and host.sum() == 2448          # c10d::broadcast_ (a CPU call) is host time too
+    assert "c10d::broadcast_(0)" in set(t.name[host]) and not np.any(t.kind[host] != T.KIND_COMPUTE)
+    assert set(t.stream[~host]) == {0, 1}                  # its two CUDA streams (tid 7 and 14)
+    colls = T.summary(tr)["collectives"]
+    assert [(x["kind"], x["bytes"]) for x in colls] == [
+        ("allreduce", 8196000), ("allreduce", 9724160), ("allreduce", 26255360), ("allreduce", 26550272),
+        ("allreduce", 31502336), ("broadcast", 424), ("broadcast", 212480)]
+    gpu_us = float(t.duration_ns[(t.kind == T.KIND_COMPUTE) & ~host].sum()) / 1e3
+    assert tr.compute_ns_per_rank()[0] / 1e3 == pytest.approx(gpu_us) and gpu_us == pytest.approx(292828.0)
+    dropped = chakra.import_trace(pytorch_dir, cpu_ops="drop")
+    assert len(dropped.ops[0]) == 3664 - 2448 and not np.any(dropped.ops[0].stream >= T.HOST_STREAM)
+    assert dropped.meta["chakra_import"]["cpu_ops_as"] == "drop"
+
+
+def test_replay_reports_host_time_apart_from_compute(pytorch_dir, tmp_path):
+    from fabric.config import load_config
+    from fabric.replay import replay
+    T.write(tmp_path / "t.h5", chakra.import_trace(pytorch_dir))
+    res = replay(str(tmp_path / "t.h5"), load_config("dgx-h100"), engine="analytic", preset="dgx-h100")
+    assert res["host_us"] > 0 and "collectives_only" not in res
+    assert res["compute_us"] + res["host_us"] + res["exposed_comm_us"] == pytest.approx(res["step_time_us"])
+    assert res["compute_busy_us_max_rank"] == pytest.approx(292828.0)   # the GPU kernels alone
+    assert all(g["layer"] >= -1 for g in res["layers"])
+
+
+def test_astra_sim_microbenchmarks_import_and_replay_as_one_collective(tmp_path):
+    ar = chakra.import_trace(DATA / "chakra_astra_sim" / "all_reduce_8npus_1MB")
+    assert ar.n_ranks == 8 and ar.groups == [list(range(8))]
+    assert [(len(t), int(t.coll_kind[0]), int(t.coll_bytes[0])) for t in ar.ops] == [(1, T.COLL_ALLREDUCE, 1 << 20)] * 8
+    a2a = chakra.import_trace(DATA / "chakra_astra_sim" / "all_to_all_4npus_1MB")
+    assert [int(t.coll_bytes[0]) for t in a2a.ops] == [(1 << 20) // 4] * 4    # comm_size is the whole buffer
+    r = CliRunner().invoke(trace_cli, ["import-chakra", str(DATA / "chakra_astra_sim" / "all_reduce_8npus_1MB"),
+                                       "-o", str(tmp_path / "ar.h5")])
+    assert r.exit_code == 0 and "8 ranks, 8 ops" in r.output and "dropped" not in r.output, r.output
+    from fabric.cli.replay import main as replay_cli
+    for extra in ([], ["--quiet"]):
+        r = CliRunner().invoke(replay_cli, [str(tmp_path / "ar.h5"), "--preset", "dgx-h100", "--engine", "analytic",
+                                            *extra])
+        assert r.exit_code == 0, r.output
+        assert not re.search(r"TPOT +[0-9]", r.output) and "tokens/s" not in r.output
+        assert "collectives only" in r.output
+        assert re.search(r"time +[0-9.]+ us", r.output)
+
+
+def test_collectives_without_a_type_go_by_their_name_or_are_skipped(tmp_path):
+    """Chakra's PyTorch converter names the type by the kernel's name; a node that names none, or no size, is no
+    op (what waited for it waits for what it waited for)."""
+    def coll(i, name, deps, size=True):
+        n = S.Node(id=i, name=name, type=S.COMM_COLL_NODE, data_deps=deps)
+        if size:
+            n.attr.append(S.AttributeProto(name="comm_size", int64_val=4096))
+        return n
+    nodes = [S.Node(id=1, name="gemm", type=S.COMP_NODE, duration_micros=2),
+             coll(2, "ncclKernel_AllGather_RING_LL", [1]), coll(3, "ncclDevKernel_SendRecv", [2]),
+             coll(4, "mystery_kernel", [3]), coll(5, "all_reduce", [4], size=False),
+             S.Node(id=6, name="tail", type=S.COMP_NODE, duration_micros=1, data_deps=[5])]
+    (tmp_path / "x.0.et").write_bytes(S.framed(S.GlobalMetadata(version="0.0.4"))
+                                      + b"".join(S.framed(n) for n in nodes))
+    tr = chakra.import_trace(tmp_path)
+    t = tr.ops[0]
+    assert list(t.name) == ["gemm", "ncclKernel_AllGather_RING_LL", "ncclDevKernel_SendRecv", "tail"]
+    assert list(t.coll_kind[1:3]) == [T.COLL_ALLGATHER, T.COLL_ALLTOALL]
+    assert list(t.deps(3)) == [2]
+    c = tr.meta["chakra_import"]
+    assert (c["comm_by_name"], c["comm_skipped"]) == (2, 2)
+
+
+def test_an_unknown_cpu_ops_choice_is_refused(tmp_path):
+    with pytest.raises(TraceError, match="cpu_ops='keep': choose one of host, drop"):
+        chakra.import_trace(tmp_path, cpu_ops="keep")

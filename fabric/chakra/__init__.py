@@ -138,56 +138,135 @@ def _read_rank(path: Path, data: bytes) -> tuple[dict, list]:
     return meta, nodes
 
 
-def _ordered(nodes, path) -> tuple[list, dict]:
+# Chakra's PyTorch converter names a collective by its kernel or call (pytorch_converter.get_collective_comm_type):
+# the first of these found in the name, lowered and without "_" or "-", gives its type
+_BY_NAME = (("allreduce", "ALL_REDUCE"), ("alltoall", "ALL_TO_ALL"), ("allgather", "ALL_GATHER"),
+            ("reducescatter", "REDUCE_SCATTER"), ("broadcast", "BROADCAST"))
+CPU_OPS = ("host", "drop")      # import_trace's cpu_ops: what becomes of a PyTorch trace's CPU operators
+# what import_trace counts (meta["chakra_import"], with host_us: the CPU operators' time)
+IMPORT_COUNTS = ("ctrl_deps_absent", "ctrl_deps_cyclic", "comm_by_name", "comm_skipped", "cpu_ops")
+
+
+def _comm_type_by_name(name: str) -> int | None:
+    low = name.replace("_", "").replace("-", "").lower()
+    for key, ctype in _BY_NAME:
+        if key in low:
+            return S.COLLECTIVE_TYPES.index(ctype)
+    return S.COLLECTIVE_TYPES.index("ALL_TO_ALL") if "ncclDevKernel_SendRecv" in name else None
+
+
+def _classify(nodes, cpu_ops: str, counts: dict) -> list:
+    """Per node: "op" (an accelerator op), "host" (a CPU operator kept as host time) or None (no op: metadata, a
+    dropped CPU operator, a collective without a type fabric can tell). A CPU operator that is a communication node
+    is the host's call (c10d::broadcast_); the collective itself is its GPU kernel, a node of its own."""
+    out = []
+    for n in nodes:
+        a = _attrs(n)
+        if n.type == S.METADATA_NODE:
+            out.append(None)
+        elif a.get("is_cpu_op"):
+            counts["cpu_ops"] += 1
+            counts["host_us"] += n.duration_micros
+            out.append("host" if cpu_ops == "host" else None)
+        elif n.type == S.COMM_COLL_NODE and "comm_type" not in a:
+            ctype = _comm_type_by_name(n.name) if "comm_size" in a else None
+            counts["comm_by_name" if ctype is not None else "comm_skipped"] += 1
+            if ctype is not None:
+                n.attr.append(S.AttributeProto(name="comm_type", int64_val=ctype))
+            out.append("op" if ctype is not None else None)
+        else:
+            out.append("op")
+    return out
+
+
+def _ordered(nodes, kinds, path, counts: dict) -> tuple[list, dict]:
     """Nodes in an order where each comes after its dependencies (file order where it already is): ops of one
-    stream run in table order, so a node listed before one it waits for would wait for ever. Metadata nodes (trace
-    and process-group information, no work) are dropped: what waited for one waits for what it waited for. Returns
-    the nodes kept and, by node id, the ids of the kept nodes each depends on."""
+    stream run in table order, so a node listed before one it waits for would wait for ever. Nodes of no op (kinds
+    None) are dropped: what waited for one waits for what it waited for. Control dependencies are kept where they
+    can be, and dropped and counted where not (Chakra's feeder reads data dependencies only; PyTorch's converter
+    writes a node's parent operator in the call tree there, which may be left out of the file, be the node itself
+    or wait for it): on nodes not in the file or the node itself, and, when every node left waits, those of the
+    first node in the file whose data dependencies are met. Returns the nodes kept with their kinds and, by node
+    id, the ids of the kept nodes each depends on."""
     pos = {}
     for k, n in enumerate(nodes):
         if n.id in pos:
             raise TraceError(f"{path}: node id {n.id} appears twice")
         pos[n.id] = k
-    dangling = [(n.id, d) for n in nodes for d in (*n.data_deps, *n.ctrl_deps) if d not in pos]
+    dangling = [(n.id, d) for n in nodes for d in n.data_deps if d not in pos]
     if dangling:
         raise TraceError(f"{path}: node {dangling[0][0]} depends on node {dangling[0][1]}, which is not in the file")
-    deps = [[pos[d] for d in (*n.data_deps, *n.ctrl_deps)] for n in nodes]
+    deps, n_data = [], []
+    for n in nodes:
+        ctrl = [d for d in n.ctrl_deps if d in pos and d != n.id]
+        counts["ctrl_deps_absent"] += len(n.ctrl_deps) - len(ctrl)
+        deps.append([pos[d] for d in (*n.data_deps, *ctrl)])
+        n_data.append(len(n.data_deps))
     succ = [[] for _ in nodes]
     left = [len(d) for d in deps]
+    left_data = list(n_data)            # a node whose data dependencies are met waits on control edges only
     for k, ds in enumerate(deps):
-        for d in ds:
-            succ[d].append(k)
+        for j, d in enumerate(ds):
+            succ[d].append((k, j < n_data[k]))
     ready = [k for k in range(len(nodes)) if not left[k]]
+    ctrl_only = [k for k in range(len(nodes)) if left[k] and not left_data[k]]
     heapq.heapify(ready)
-    order = []
-    while ready:
+    heapq.heapify(ctrl_only)
+    order, at = [], [-1] * len(nodes)
+    while len(order) < len(nodes):
+        if not ready:                   # stuck: the control edges close a cycle (PyTorch's converter writes some
+            while ctrl_only and (at[ctrl_only[0]] >= 0 or left[ctrl_only[0]] <= 0):   # that point both ways)
+                heapq.heappop(ctrl_only)
+            if not ctrl_only:
+                raise TraceError(f"{path}: the dependencies form a cycle")
+            k = heapq.heappop(ctrl_only)
+            counts["ctrl_deps_cyclic"] += left[k]   # the feeder would not wait for them either
+            left[k] = 0
+            heapq.heappush(ready, k)
         k = heapq.heappop(ready)
+        at[k] = len(order)
         order.append(k)
-        for s in succ[k]:
+        for s, data in succ[k]:
+            if at[s] >= 0 or left[s] <= 0:
+                continue
             left[s] -= 1
+            left_data[s] -= data
             if not left[s]:
                 heapq.heappush(ready, s)
-    if len(order) < len(nodes):
-        raise TraceError(f"{path}: the dependencies form a cycle")
-    meta = [n.type == S.METADATA_NODE for n in nodes]
-    through = {}                        # a metadata node -> the kept nodes it stands for (its dependencies)
+            elif data and not left_data[s]:
+                heapq.heappush(ctrl_only, s)
+    deps = [[d for d in ds if at[d] < at[k]] for k, ds in enumerate(deps)]   # without the edges dropped above
+    through = {}                        # a node of no op -> the kept nodes it stands for (its dependencies)
     kept, kept_deps = [], {}
     for k in order:                     # dependencies first, so `through` is complete when it is read
         ids = set()
         for d in deps[k]:
-            ids.update(through[d] if meta[d] else (nodes[d].id,))
-        if meta[k]:
+            ids.update(through[d] if kinds[d] is None else (nodes[d].id,))
+        if kinds[k] is None:
             through[k] = ids
         else:
-            kept.append(nodes[k])
+            kept.append((nodes[k], kinds[k]))
             kept_deps[nodes[k].id] = ids
     return kept, kept_deps
 
 
-def _row(n, a: dict, groups: dict, path) -> dict:
-    row = dict(name=n.name, stream=int(a.get("fabric.stream", 0)), layer=int(a.get("fabric.layer", -1)),
-               module=str(a.get("fabric.module", "")))
-    if n.type in (S.COMP_NODE, S.MEM_LOAD_NODE, S.MEM_STORE_NODE):
+def _streams(kept) -> dict:
+    """(kind, tid) -> stream for nodes without fabric.stream that name their thread (`tid`: a PyTorch trace's CUDA
+    stream or CPU thread): accelerator streams from 0 and host threads from HOST_STREAM, each in the order of ids."""
+    tids = {}
+    for n, kind, a in kept:
+        if "fabric.stream" not in a and "tid" in a:
+            tids.setdefault(kind, set()).add(int(a["tid"]))
+    base = {"op": 0, "host": T.HOST_STREAM}
+    return {(kind, t): base[kind] + i for kind, ts in tids.items() for i, t in enumerate(sorted(ts))}
+
+
+def _row(n, a: dict, groups: dict, path, stream: int, host: bool) -> dict:
+    row = dict(name=n.name, stream=int(a.get("fabric.stream", stream)), layer=int(a.get("fabric.layer", -1)),
+               module=str(a.get("fabric.module", "host" if host else "")))
+    if host:                            # host time: the CPU is busy, no accelerator flops or bytes
+        row.update(kind=T.KIND_COMPUTE, duration_ns=n.duration_micros * 1e3)
+    elif n.type in (S.COMP_NODE, S.MEM_LOAD_NODE, S.MEM_STORE_NODE):
         row.update(kind=T.KIND_COMPUTE, duration_ns=float(a.get("fabric.duration_ns", n.duration_micros * 1e3)),
                    flops=float(a.get("fabric.flops", a.get("num_ops", 0))),
                    bytes=float(a.get("fabric.bytes", a.get("tensor_size", 0))))
@@ -213,23 +292,39 @@ def _row(n, a: dict, groups: dict, path) -> dict:
     return row
 
 
-def import_trace(in_dir) -> T.Trace:
+def import_trace(in_dir, cpu_ops: str = "host") -> T.Trace:
     """Read a directory of Chakra ET files (one per rank) into a Trace; TraceError naming the file and node for
     anything fabric cannot replay. Traces that fabric wrote come back exactly; others get their communicator groups
-    from `pg_name` (each name one group of the ranks that use it; none: all ranks) and default metadata."""
+    from `pg_name` (each name one group of the ranks that use it; none: all ranks) and default metadata.
+
+    What a trace recorded from PyTorch holds beyond that is imported as Chakra's own feeder reads it, and counted
+    in meta["chakra_import"]: control dependencies on nodes not in the file are dropped; a collective without a
+    comm_type gets the type its name gives or is skipped; CPU operators (is_cpu_op) are host time on host streams
+    (trace.HOST_STREAM up: they delay the kernels that wait for them but are no accelerator compute), or with
+    cpu_ops="drop" are left out, what waited for them waiting for what they waited for."""
+    if cpu_ops not in CPU_OPS:
+        raise TraceError(f"cpu_ops={cpu_ops!r}: choose one of {', '.join(CPU_OPS)}")
     files = _rank_files(in_dir)
     meta0 = None
     groups_of = {}                      # pg_name -> group id (fabric's own traces: the id itself)
     tables, members, parsed = [], {}, {}
+    totals = dict.fromkeys(IMPORT_COUNTS + ("host_us",), 0)
     for rank, path in enumerate(files):
         data = path.read_bytes()
         if data not in parsed:          # the ranks of a TP trace have identical files: parse one
+            counts = dict.fromkeys(totals, 0)
             meta, nodes = _read_rank(path, data)
-            nodes, node_deps = _ordered(nodes, path)
-            where = {n.id: k for k, n in enumerate(nodes)}
-            parsed[data] = (meta, [_row(n, _attrs(n), groups_of, path) for n in nodes],
-                            [sorted(where[d] for d in node_deps[n.id]) for n in nodes])
-        meta, rows, deps = parsed[data]
+            kept, node_deps = _ordered(nodes, _classify(nodes, cpu_ops, counts), path, counts)
+            kept = [(n, kind, _attrs(n)) for n, kind in kept]
+            streams = _streams(kept)
+            where = {n.id: k for k, (n, _, _) in enumerate(kept)}
+            rows = [_row(n, a, groups_of, path, streams.get((kind, int(a.get("tid", -1))),
+                                                            T.HOST_STREAM if kind == "host" else 0), kind == "host")
+                    for n, kind, a in kept]
+            parsed[data] = (meta, rows, [sorted(where[d] for d in node_deps[n.id]) for n, _, _ in kept], counts)
+        meta, rows, deps, counts = parsed[data]
+        for k, v in counts.items():
+            totals[k] += v
         meta0 = meta0 if meta0 is not None else meta
         for r in rows:
             if r["kind"] == T.KIND_COLLECTIVE:
@@ -256,6 +351,8 @@ def import_trace(in_dir) -> T.Trace:
         schema_version=T.SCHEMA_VERSION, model=Path(in_dir).name, model_config={},
         plan=dict(tp=len(files), ep=1, dp=1, n_ranks=len(files)), batch=1, context=0, chip="unknown",
         tool="chakra-import", tool_version=__version__)
+    if "fabric.meta_json" not in meta0 or any(totals.values()):
+        meta["chakra_import"] = dict(totals, cpu_ops_as=cpu_ops)
     trace = T.Trace(meta=meta, n_ranks=len(files), groups=groups, ops=ops)
     problems = T._check_trace(trace)
     if problems:

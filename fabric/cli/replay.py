@@ -19,13 +19,22 @@ from fabric.cli.common import (
 from fabric.cli.common import echo_timeline, timeline_option
 
 
+def headline(r: dict) -> str:
+    """TPOT for a decode step; the time alone for a trace of collectives only (a microbenchmark has no tokens)."""
+    if r.get("collectives_only"):
+        return f"  time                 {r['step_time_us']:10.1f} us   (collectives only: no decode step, no TPOT)"
+    return f"  TPOT                 {r['tpot_us']:10.1f} us   ({r['tokens_per_s']:.1f} tokens/s)"
+
+
 def render(r: dict) -> str:
     lines = [
         f"{r['model']} on {r['preset']} ({r['ranks']} ranks, batch {r['batch']}), {r['engine']} engine, "
         f"seed {r['seed']}",
-        f"  TPOT                 {r['tpot_us']:10.1f} us   ({r['tokens_per_s']:.1f} tokens/s)",
+        headline(r),
         f"  step time            {r['step_time_us']:10.1f} us",
         f"  compute              {r['compute_us']:10.1f} us   (critical path)",
+        *([f"  host                 {r['host_us']:10.1f} us   (CPU operators on the critical path, not in "
+            f"compute)"] if "host_us" in r else []),
         f"  exposed comm         {r['exposed_comm_us']:10.1f} us   ({100 * r['comm_fraction']:.1f} % of the step)",
         "  collectives          kind            bytes  ranks  count  algorithm        mean us   p50 us   p99 us",
     ]
@@ -128,7 +137,8 @@ def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timel
         r = replay(trace, cfg, engine=engine, preset=preset, progress=progress, timeline=timeline_path,
                    jobs=jobs or default_jobs())
     if quiet:
-        click.echo(f"TPOT {r['tpot_us']:.1f} us ({r['tokens_per_s']:.1f} tokens/s)")
+        click.echo(f"time {r['step_time_us']:.1f} us (collectives only)" if r.get("collectives_only")
+                   else f"TPOT {r['tpot_us']:.1f} us ({r['tokens_per_s']:.1f} tokens/s)")
     else:
         click.echo(render(r))
     echo_timeline(r.get("timeline"))

@@ -80,11 +80,22 @@ def export_chakra(file, out_dir, prefix):
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("-o", "--out", "out_file", required=True, type=click.Path(dir_okay=False),
               help="trace file to write (HDF5)")
+@click.option("--cpu-ops", type=click.Choice(["host", "drop"]), default="host", show_default=True,
+              help="a PyTorch trace's CPU operators (is_cpu_op): host time on host streams (they delay the kernels "
+                   "that wait for them; replay reports them apart from compute), or left out")
 @friendly
-def import_chakra(directory, out_file):
+def import_chakra(directory, out_file, cpu_ops):
     check_writable(out_file, "-o")
     from fabric import chakra, trace as T
-    tr = chakra.import_trace(directory)
+    tr = chakra.import_trace(directory, cpu_ops=cpu_ops)
     T.write(out_file, tr)
     n_ops = sum(len(t) for t in tr.ops)
     click.echo(f"{directory}: {tr.n_ranks} ranks, {n_ops:,} ops, {len(tr.groups)} communicator groups -> {out_file}")
+    c = tr.meta.get("chakra_import")
+    if c and any(c[k] for k in chakra.IMPORT_COUNTS):
+        fate = "kept as host time" if cpu_ops == "host" else "dropped"
+        click.echo(f"  control dependencies dropped (Chakra's feeder reads data dependencies only): "
+                   f"{c['ctrl_deps_absent']:,} on nodes not in the file or on themselves, "
+                   f"{c['ctrl_deps_cyclic']:,} closing a cycle; collectives without a type: {c['comm_by_name']} "
+                   f"typed by their name, {c['comm_skipped']} skipped; {c['cpu_ops']:,} CPU operators "
+                   f"({c['host_us'] / 1e3:,.1f} ms) {fate}")
