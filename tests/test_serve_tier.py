@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from fabric.serve.plan import parse_plan
 from fabric.serve.scheduler import Scheduler
 from fabric.serve.tier import OFFLOAD, RELOAD
-from fabric.serve.workload import Workload
+from fabric.serve.workload import Workload, with_shared_prefix
 from tests.test_serve_scheduler import LinearSteps, workload
 
 BPT = 1000.0                     # bytes per KV token, synthetic
@@ -51,10 +51,17 @@ class Tracked(Scheduler):
     def _record(self, r, *args):
         for g in self.groups[r]:
             assert 0 <= g.kv_used <= g.capacity
-            assert g.kv_used == (int(self.kv[g.running].sum()) if g.running else 0)
+            assert g.kv_used == (int(self.kv[g.running].sum()) if g.running else 0) + sum(g.cache.values())
+            assert not set(g.cache) & set(g.host_cache)                 # an entry in one tier only
+            pinned = self.shared[g.running + g.waiting] > 0 if g.running or g.waiting else []
+            users = self.pid[np.asarray(g.running + g.waiting, np.int64)[pinned]] if self.pid is not None else []
+            assert all(g.pins.get(p, 0) == int((users == p).sum()) for p in set(g.pins) | set(users))
+            assert all(p in g.cache and g.cache[p] >= self.shared[rid]   # a sequence's prefix stays in HBM
+                       for rid in g.running + g.waiting if self.shared[rid] for p in [int(self.pid[rid])])
             if self.tier is not None:
                 assert 0 <= g.host_used <= self.tier.tokens_per_group
-                assert g.host_used == int(self.host[g.waiting].sum()) if g.waiting else g.host_used == 0
+                assert g.host_used == (int(self.host[g.waiting].sum()) if g.waiting else 0) + \
+                    sum(g.host_cache.values())
         assert not ((self.kv > 0) & (self.host > 0)).any()          # never in two places
         running = {rid for rep in self.groups for g in rep for rid in g.running}
         assert all(self.host[rid] == 0 for rid in running)            # a running sequence's KV is all in HBM
@@ -80,6 +87,7 @@ def test_swapping_serves_every_request_once_with_its_tokens(n, seed, capacity, t
     s = run(wl, plan, capacity, tier_tokens, token_budget=budget, max_seqs=min(8, budget), balance=balance)
     assert s.finished == n and (s.generated == wl.output_tokens).all()
     assert all(g.host_used == 0 and g.kv_used == 0 for rep in s.groups for g in rep)
+    assert not s.shared.any()
     assert not s.host.any()
     moved = [m for step in s.tier.log for m in step]
     out = sum(t for _, t, d in moved if d == OFFLOAD)
@@ -140,3 +148,44 @@ def test_unknown_balance_policy_is_one_line():
     from fabric.errors import ConfigError
     with pytest.raises(ConfigError, match="kv_aware"):
         Scheduler(workload(2, 0), parse_plan("tp=8"), LinearSteps(), 400, balance="random")
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(1, 30), seed=st.integers(0, 2**16), capacity=st.integers(260, 900),
+       tier_tokens=st.sampled_from([0, 50, 3000]), frac=st.sampled_from(["0.5", "1", "0.3:3"]),
+       plan=st.sampled_from(["tp=8", "attn=dp,ep=4"]),
+       balance=st.sampled_from(["least_tokens", "kv_aware"]), closed=st.sampled_from([0, 3]))
+def test_a_prefix_cache_serves_every_request_once(n, seed, capacity, tier_tokens, frac, plan, balance, closed):
+    wl = with_shared_prefix(workload(n, seed, closed), frac, seed)
+    s = run(wl, plan, capacity, tier_tokens or None, token_budget=256, max_seqs=8, balance=balance)
+    assert s.finished == n and (s.generated == wl.output_tokens).all()
+    assert not s.shared.any() and not s.host.any()
+    for rep in s.groups:                                  # what is left is cache, nobody's
+        for g in rep:
+            assert g.kv_used == sum(g.cache.values()) and not any(g.pins.values())
+    # every prompt token is prefilled or read from the cache, recomputed ones again
+    assert sum(s.rec.step_prefill) + s.rec.prefix_hit_tokens >= wl.prompt_tokens.sum()
+
+
+def test_a_shared_prefix_is_prefilled_once():
+    """Ten requests with one 900-token system prompt, arriving apart: the first prefills it, the others read it."""
+    n = 10
+    wl = Workload("t", np.arange(n) * 0.2, np.full(n, 1000), np.full(n, 5))
+    cold = run(wl, "tp=8", capacity=20_000, token_budget=4096, max_seqs=8)
+    warm = run(with_shared_prefix(wl, "0.9"), "tp=8", capacity=20_000, token_budget=4096, max_seqs=8)
+    assert warm.rec.prefix_hit_tokens == 9 * 900
+    assert sum(warm.rec.step_prefill) == 1000 + 9 * 100 < sum(cold.rec.step_prefill)
+    ttft = lambda s: (s.first - s.arrival)[1:].mean()                           # noqa: E731
+    assert ttft(warm) < 0.5 * ttft(cold)
+
+
+def test_an_evicted_prefix_is_reloaded_from_host_memory():
+    """Two prefixes that do not both fit next to the running sequences: the idle one is evicted to the host tier and
+    reloaded on its next hit (never recomputed)."""
+    wl = Workload("t", np.array([0.0, 0.05, 0.1, 0.15]), np.array([300, 300, 300, 300]), np.full(4, 3),
+                  prefix_id=np.array([0, 1, 0, 1]), prefix_tokens=np.full(4, 250))
+    s = run(wl, "tp=8", capacity=400, tier_tokens=10_000, token_budget=4096, max_seqs=8)
+    assert s.rec.prefix_host_hits >= 1 and s.rec.prefix_hit_tokens == 2 * 250
+    assert sum(s.rec.step_prefill) == 2 * 300 + 2 * 50
+    moves = [m for step in s.tier.log for m in step]
+    assert any(d == OFFLOAD and t == 250 for _, t, d in moves) and any(d == RELOAD and t == 250 for _, t, d in moves)

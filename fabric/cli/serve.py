@@ -82,6 +82,11 @@ def render(r: dict) -> str:
         f"{100 * r['kv_use_mean']:.1f} %, max {100 * r['kv_use_max']:.1f} %; queue max {r['queue_max']}",
         f"  preemptions          {r['preemptions']} ({r['requests_preempted']} requests recomputed)",
     ]
+    if "prefix_cache" in r:
+        c = r["prefix_cache"]
+        lines.append(f"  prefix cache         {c['hit_tokens']} prompt tokens read from {c['prefixes']} cached prefixes "
+                     f"({100 * c['hit_fraction_of_prompts']:.1f} % of the prompts), {c['host_hits']} reloaded from "
+                     f"host memory")
     if "host_tier" in r:
         h = r["host_tier"]
         lines.append(f"  host KV tier         {h['swaps']} swaps ({h['requests_swapped']} requests), "
@@ -136,6 +141,9 @@ def render(r: dict) -> str:
 @click.option("--balance", type=click.Choice(("least_tokens", "round_robin", "kv_aware")), default="least_tokens",
               show_default=True, help="how arriving requests are spread over attention groups: the least outstanding "
                                       "tokens, in turn, or the most KV room (capacity - KV held - outstanding)")
+@click.option("--shared-prefix", default=None, metavar="F[:K]",
+              help="prompts start with one of K shared prefixes (default 1) making up the share F of each prompt (a "
+                   "system prompt): a prefix cache per attention group reuses their KV")
 @click.option("--kv-tier", type=click.Choice(("hbm", "host")), default="hbm", show_default=True,
               help="where KV may live: hbm (a preempted sequence is recomputed) or host (its KV is offloaded to "
                    "its host domain's host memory over the fabric and reloaded: topology.host_memory)")
@@ -145,8 +153,8 @@ def render(r: dict) -> str:
 @friendly
 def main(model, hf_config, chip, preset, config_file, sets, seed, plan, prefill, decode, workload, requests,
          duration_s, rate,
-         slo_ttft_ms, slo_tpot_ms, engine, token_budget, max_seqs, balance, kv_tier, json_path, timeline_path,
-         quiet):
+         slo_ttft_ms, slo_tpot_ms, engine, token_budget, max_seqs, balance, shared_prefix, kv_tier, json_path,
+         timeline_path, quiet):
     check_writable(json_path)
     check_writable(timeline_path, "--timeline")
     if requests is not None and duration_s is not None:
@@ -160,7 +168,7 @@ def main(model, hf_config, chip, preset, config_file, sets, seed, plan, prefill,
                   requests=requests, duration_s=duration_s, rate=rate, slo_ttft_ms=slo_ttft_ms,
                   slo_tpot_ms=slo_tpot_ms, engine=engine, seed=cfg.sim.seed, chip=chip, token_budget=token_budget,
                   max_seqs=max_seqs, balance=balance, timeline=timeline_path, progress=progress, on_point=on_point,
-                  prefill=prefill, decode=decode, kv_tier=kv_tier)
+                  prefill=prefill, decode=decode, kv_tier=kv_tier, shared_prefix=shared_prefix)
     if quiet:
         click.echo(f"{r['output_tokens_per_s']:.1f} output tokens/s, TTFT p50 {r['ttft_ms']['p50']:.1f} ms, "
                    f"TPOT p50 {r['tpot_ms']['p50'] or 0:.1f} ms, {r['finished']} of {r['requests']} requests")

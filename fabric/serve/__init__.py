@@ -32,12 +32,13 @@ def serve(*, model: str | None = None, hf_config: str | None = None, preset: str
           chip: str = "sd200-accelerator", token_budget: int = DEFAULT_TOKEN_BUDGET,
           max_seqs: int | None = None, balance: str = "least_tokens", kv_fraction: float = DEFAULT_KV_FRACTION,
           timeline: str | None = None, progress=None, on_point=None, prefill: str | None = None,
-          decode: str | None = None, kv_tier: str = "hbm") -> dict:
+          decode: str | None = None, kv_tier: str = "hbm", shared_prefix: str | None = None) -> dict:
     """Run a served workload; returns the results (JSON-ready). `cfg`: a FabricConfig (default: the preset's).
     progress(done, total): requests finished; on_point(steps, seconds): the step model's simulated steps so far.
     The wall time includes making the deployment (its step model's grid is made during the run, on demand).
     prefill and decode (plans, both or neither; instead of `plan`): disaggregated serving (fabric.serve.disagg).
-    kv_tier: "hbm", or "host" to swap preempted sequences' KV to host memory (fabric.serve.tier)."""
+    kv_tier: "hbm", or "host" to swap preempted sequences' KV to host memory (fabric.serve.tier).
+    shared_prefix: "F[:K]", prompts share prefixes that a prefix cache reuses (fabric.serve.workload)."""
     t0 = time.perf_counter()
     if prefill is not None or decode is not None:
         if prefill is None or decode is None:
@@ -49,13 +50,14 @@ def serve(*, model: str | None = None, hf_config: str | None = None, preset: str
                                    decode=decode, workload=workload, requests=requests, duration_s=duration_s,
                                    rate=rate, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, engine=engine,
                                    seed=seed, chip=chip, token_budget=token_budget, max_seqs=max_seqs,
-                                   balance=balance, progress=progress, on_point=on_point, kv_tier=kv_tier)
+                                   balance=balance, progress=progress, on_point=on_point, kv_tier=kv_tier,
+                                   shared_prefix=shared_prefix)
     dep = Deployment(model=model, hf_config=hf_config, preset=preset, cfg=cfg, plan=plan, engine=engine, seed=seed,
                      chip=chip, token_budget=token_budget, kv_fraction=kv_fraction, on_point=on_point,
                      kv_tier=kv_tier)
     out = dep.serve(workload, requests=requests, duration_s=duration_s, rate=rate, slo_ttft_ms=slo_ttft_ms,
                     slo_tpot_ms=slo_tpot_ms, max_seqs=max_seqs, balance=balance, timeline=timeline,
-                    progress=progress)
+                    progress=progress, shared_prefix=shared_prefix)
     out["wall_s"] = time.perf_counter() - t0
     return out
 

@@ -67,7 +67,7 @@ class Deployment:
     def serve(self, workload: str = "azure-conv", *, requests: int | None = None, duration_s: float | None = None,
               rate: float | None = None, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
               max_seqs: int | None = None, balance: str = "least_tokens", timeline: str | None = None,
-              progress=None) -> dict:
+              progress=None, shared_prefix: str | None = None) -> dict:
         from fabric.serve.report import summarise, write_timeline
         from fabric.serve.scheduler import Scheduler
         from fabric.serve.workload import parse_workload
@@ -75,7 +75,8 @@ class Deployment:
         check_slos(slo_ttft_ms, slo_tpot_ms)
         budget = self.meta["token_budget"]
         max_seqs = max_seqs_for(budget, max_seqs)
-        wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=self.meta["seed"])
+        wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=self.meta["seed"],
+                            shared_prefix=shared_prefix)
         sm = self.stepmodel
         simulated, sim_s = sm.simulated, sm.sim_s
         sched = Scheduler(wl, self.plan, sm, self.kv.tokens_per_group, token_budget=budget, max_seqs=max_seqs,
@@ -90,6 +91,9 @@ class Deployment:
         if self.tier is not None:
             from fabric.serve.report import host_tier
             out["host_tier"] = host_tier(sched)
+        if wl.prefix_id is not None:
+            from fabric.serve.report import prefix_cache
+            out["prefix_cache"] = prefix_cache(sched, wl)
         if timeline:
             out["timeline"] = write_timeline(timeline, sched, self.plan, meta)
         return out

@@ -99,7 +99,8 @@ class Disaggregated:
 
     def serve(self, workload: str = "azure-conv", *, requests: int | None = None, duration_s: float | None = None,
               rate: float | None = None, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
-              max_seqs: int | None = None, balance: str = "least_tokens", progress=None) -> dict:
+              max_seqs: int | None = None, balance: str = "least_tokens", progress=None,
+              shared_prefix: str | None = None) -> dict:
         from fabric.serve.deployment import check_slos, max_seqs_for
         from fabric.serve.report import summarise
         from fabric.serve.scheduler import Scheduler
@@ -107,7 +108,8 @@ class Disaggregated:
         t0 = time.perf_counter()
         check_slos(slo_ttft_ms, slo_tpot_ms)
         pre, dec, hand = self.prefill, self.decode, self.handover
-        wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=self.meta["seed"])
+        wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=self.meta["seed"],
+                            shared_prefix=shared_prefix)
         if wl.users:
             raise ConfigError("a closed-loop workload needs the decode pool's finishes to send the next requests, "
                               "which the disaggregated run (prefill pool first, then decode) cannot feed back; use a "
@@ -128,7 +130,8 @@ class Disaggregated:
         rest = np.flatnonzero(moved)
         rest = rest[np.argsort(landed[rest], kind="stable")]          # the decode pool sees them as they land
         decode_wl = dataclasses.replace(wl, arrival_s=landed[rest], prompt_tokens=wl.prompt_tokens[rest],
-                                        output_tokens=wl.output_tokens[rest], prefilled=True)
+                                        output_tokens=wl.output_tokens[rest], prefilled=True,
+                                        prefix_id=None, prefix_tokens=None)   # its KV comes whole
         ds = Scheduler(decode_wl, dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, tier=dec.tier,
                        **sched_kw)
         ds.run()
@@ -154,7 +157,15 @@ class Disaggregated:
                                      fixed_us=hand.base_us),
                     step_model=dict(grid_steps_simulated=pre.stepmodel.simulated + dec.stepmodel.simulated - simulated,
                                     simulate_s=pre.stepmodel.sim_s + dec.stepmodel.sim_s - sim_s),
-                    wall_s=time.perf_counter() - t0, **_tier(ds))
+                    wall_s=time.perf_counter() - t0, **_tier(ds), **_prefix(ps, wl))
+
+
+def _prefix(ps, wl) -> dict:
+    """The prefill pool's prefix cache (the decode pool receives each prompt's KV whole)."""
+    if wl.prefix_id is None:
+        return {}
+    from fabric.serve.report import prefix_cache
+    return dict(prefix_cache=prefix_cache(ps, wl))
 
 
 def _tier(ds) -> dict:
@@ -170,7 +181,7 @@ def serve_disaggregated(*, model: str | None = None, hf_config: str | None = Non
                         slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
                         engine: str = "analytic", seed: int = 0, chip: str = "sd200-accelerator",
                         token_budget: int = 8192, max_seqs: int | None = None, balance: str = "least_tokens",
-                        progress=None, on_point=None, kv_tier: str = "hbm") -> dict:
+                        progress=None, on_point=None, kv_tier: str = "hbm", shared_prefix: str | None = None) -> dict:
     """One workload on a Disaggregated deployment made for it (its wall time included)."""
     from fabric.serve.deployment import check_slos
     t0 = time.perf_counter()
@@ -179,7 +190,8 @@ def serve_disaggregated(*, model: str | None = None, hf_config: str | None = Non
                         engine=engine, seed=seed, chip=chip, token_budget=token_budget, on_point=on_point,
                         kv_tier=kv_tier)
     out = dep.serve(workload, requests=requests, duration_s=duration_s, rate=rate, slo_ttft_ms=slo_ttft_ms,
-                    slo_tpot_ms=slo_tpot_ms, max_seqs=max_seqs, balance=balance, progress=progress)
+                    slo_tpot_ms=slo_tpot_ms, max_seqs=max_seqs, balance=balance, progress=progress,
+                    shared_prefix=shared_prefix)
     out["wall_s"] = time.perf_counter() - t0
     return out
 

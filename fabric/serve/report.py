@@ -53,6 +53,16 @@ def host_tier(sched) -> dict:
                 fixed_us=dict(offload=tier.fit[0].base_us, reload=tier.fit[1].base_us))
 
 
+def prefix_cache(sched, wl) -> dict:
+    """What the prefix cache saved: prompt tokens read from a cached prefix instead of prefilled."""
+    rec = sched.rec
+    shared = int(wl.prefix_tokens.sum())
+    return dict(prefixes=int(len(np.unique(wl.prefix_id))), shared_prompt_tokens=shared,
+                hit_tokens=int(rec.prefix_hit_tokens), host_hits=int(rec.prefix_host_hits),
+                hit_fraction_of_prompts=float(rec.prefix_hit_tokens / max(int(wl.prompt_tokens.sum()), 1)),
+                entries_at_end=int(sum(len(g.cache) for rep in sched.groups for g in rep)))
+
+
 def summarise(sched, wl, plan, slo_ttft_ms: float | None, slo_tpot_ms: float | None, accels_per_node: int) -> dict:
     """The results of a finished Scheduler run."""
     rec = sched.rec

@@ -12,10 +12,17 @@ recompute) and counted; with a host-memory tier (fabric.serve.tier) its KV is of
 the tier has room, and loaded back when it is admitted again (swap): no token is computed twice. The step that
 processes a prompt's last chunk emits the request's first token.
 
+Prefix cache (a workload with shared prefixes, fabric.serve.workload): when a prompt's prefill completes, its shared
+prefix's KV becomes a cache entry of the group (counted in its KV; the request keeps only the rest), and a later
+request with that prefix starts its prefill after the cached tokens (reading them in attention). Entries no running
+or swapped sequence uses are evicted least recently used first when KV runs short: offloaded to the host tier while
+it has room (a later hit reloads them), else dropped.
+
 Requests arrive (open loop) or are sent by users when their previous one finishes (closed loop) and are assigned to
 a group at arrival by the balancer: round robin; the group with the least outstanding tokens (prompt still to
-prefill + output still to generate); or KV-aware, the group with the most KV room once what it holds and what it
-owes are counted (capacity - KV held - outstanding tokens), which also weighs the long contexts already running.
+prefill + output still to generate); or KV-aware: a group that caches the request's prefix (in HBM or host memory)
+if one has room for it, else the group with the most KV room once what it holds and what it owes are counted
+(capacity - KV held - outstanding tokens), which also weighs the long contexts already running.
 
 Python runs per step and per request, never per token: the running set is numpy arrays, and a stretch of decode-only
 steps whose batch cannot change (no arrival, no finish, no KV shortage before its end) is taken at once, each step's
@@ -24,6 +31,7 @@ time from the step model at its own context (`StepModel.decode_times`).
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +48,11 @@ class Group:
     running: list = field(default_factory=list)      # request ids in admission order
     prefilling: list = field(default_factory=list)   # the running ones whose prefill is not done, in order
     kv_used: int = 0
-    host_used: int = 0                               # KV tokens of its swapped-out sequences in host memory
+    host_used: int = 0                               # KV tokens of its swapped-out sequences and cache entries in
+    #                                                  host memory
+    cache: OrderedDict = field(default_factory=OrderedDict)       # prefix -> tokens cached in HBM (in kv_used), LRU
+    host_cache: OrderedDict = field(default_factory=OrderedDict)  # prefix -> tokens cached in host memory
+    pins: dict = field(default_factory=dict)         # prefix -> sequences using its HBM entry
     outstanding: int = 0                             # tokens still to process for the balancer
 
 
@@ -60,6 +72,8 @@ class Trace:
     bytes_by_class: np.ndarray = field(default_factory=lambda: np.zeros(3))
     tier_bytes: np.ndarray = field(default_factory=lambda: np.zeros(2))   # KV offloaded, reloaded (host tier)
     tier_s: float = 0.0                               # steps' time spent waiting for offloads and reloads
+    prefix_hit_tokens: int = 0                        # prompt tokens not prefilled: read from a cached prefix
+    prefix_host_hits: int = 0                         # of those hits, the ones whose entry was reloaded from host
     comm_s: float = 0.0                               # exposed communication, summed over the steps
     group_kv_s: dict = field(default_factory=dict)    # attention group -> KV tokens held x seconds (its mean KV)
 
@@ -105,6 +119,9 @@ class Scheduler:
         self.host = np.zeros(n, np.int64)               # KV tokens in host memory (a swapped-out sequence)
         self.swapped = np.zeros(n, np.int64)            # preemptions by swap
         self.moves = []                                 # this step's (group, tokens, direction) for the tier
+        self.pid = workload.prefix_id                   # shared prefixes (None: the workload has none)
+        self.plen = workload.prefix_tokens
+        self.shared = np.zeros(n, np.int64)             # tokens of its prefix's cache entry a sequence reads
         self.rr = 0
         self.joined = 0                                  # prefilled requests admitted while planning a step
         self.rec = Trace()
@@ -127,6 +144,12 @@ class Scheduler:
             self.rr += 1
         elif self.balance == "kv_aware":
             r, g = max(self.every_group, key=lambda rg: self._room(self.groups[rg[0]][rg[1]]))
+            if self.pid is not None:
+                p, need = int(self.pid[rid]), int(self.target[rid] + self.out[rid])
+                hold = [rg for rg in self.every_group if (p in self.groups[rg[0]][rg[1]].cache or p in
+                        self.groups[rg[0]][rg[1]].host_cache) and self._room(self.groups[rg[0]][rg[1]]) >= need]
+                if hold:
+                    r, g = max(hold, key=lambda rg: self._room(self.groups[rg[0]][rg[1]]))
         else:
             r, g = min(self.every_group, key=lambda rg: self.groups[rg[0]][rg[1]].outstanding)
         grp = self.groups[r][g]
@@ -153,7 +176,7 @@ class Scheduler:
         if rid in grp.prefilling:
             grp.prefilling.remove(rid)
         held = int(self.kv[rid])
-        if self.tier is not None and held and grp.host_used + held <= self.tier.tokens_per_group:
+        if self.tier is not None and held and self._host_room(grp, held):
             from fabric.serve.tier import OFFLOAD
             grp.kv_used -= held
             grp.host_used += held
@@ -164,6 +187,7 @@ class Scheduler:
             grp.waiting.insert(0, rid)
             return
         left_before = int(self.target[rid] - self.done_prefill[rid])
+        self._unpin(grp, rid)
         grp.kv_used -= int(self.kv[rid])
         self.kv[rid] = 0
         self.done_prefill[rid] = 0
@@ -171,6 +195,101 @@ class Scheduler:
         grp.outstanding += int(self.target[rid]) - left_before
         self.preempted[rid] += 1
         grp.waiting.insert(0, rid)
+
+    # ---------------------------------------------------------------- the prefix cache and the host tier's room
+
+    def _prefix_of(self, rid: int) -> int:
+        return -1 if self.pid is None else int(self.pid[rid])
+
+    def _prefix_hit(self, grp: Group, rid: int) -> tuple[int, int]:
+        """(prompt tokens a fresh prefill of rid can skip, tokens of the entry to reload from host memory first)."""
+        p = self._prefix_of(rid)
+        if p < 0 or self.done_prefill[rid] or self.host[rid]:
+            return 0, 0
+        cap = int(min(self.plen[rid], self.target[rid] - 1))     # at least one token computed: it makes the logits
+        if p in grp.cache:
+            return max(min(grp.cache[p], cap), 0), 0
+        if p in grp.host_cache:
+            return max(min(grp.host_cache[p], cap), 0), grp.host_cache[p]
+        return 0, 0
+
+    def _use_prefix(self, grp: Group, rid: int, hit: int) -> None:
+        """rid starts its prefill after `hit` cached tokens of its prefix (reloaded first if in host memory)."""
+        from fabric.serve.tier import RELOAD
+        p = int(self.pid[rid])
+        if p in grp.host_cache:
+            t = grp.host_cache.pop(p)
+            grp.host_used -= t
+            grp.kv_used += t
+            grp.cache[p] = t
+            self.moves.append((int(self.group_of[rid]), t, RELOAD))
+            self.rec.prefix_host_hits += 1
+        grp.cache.move_to_end(p)
+        grp.pins[p] = grp.pins.get(p, 0) + 1
+        self.shared[rid] = hit
+        self.done_prefill[rid] = hit
+        grp.outstanding -= hit
+        self.rec.prefix_hit_tokens += hit
+
+    def _share_prefix(self, grp: Group, rid: int) -> None:
+        """rid's prefill is done: its prefix's KV becomes (or grows) the group's cache entry, which it then reads."""
+        p = self._prefix_of(rid)
+        if p < 0:
+            return
+        plen = int(min(self.plen[rid], self.target[rid]))
+        old = grp.cache.get(p, 0)
+        if plen <= self.shared[rid] or (p in grp.host_cache and not old):
+            return                                   # nothing new to share (or its entry is in host memory)
+        if not self.shared[rid]:
+            grp.pins[p] = grp.pins.get(p, 0) + 1
+        grp.cache[p] = max(old, plen)
+        grp.cache.move_to_end(p)
+        own = plen - int(self.shared[rid])           # its own copy of the prefix goes: the entry holds it
+        self.kv[rid] -= own
+        grp.kv_used += grp.cache[p] - old - own
+        self.shared[rid] = plen
+
+    def _unpin(self, grp: Group, rid: int) -> None:
+        if self.shared[rid]:
+            p = int(self.pid[rid])
+            grp.pins[p] -= 1
+            self.shared[rid] = 0
+
+    def _evict(self, grp: Group, short: int, keep: int = -1) -> bool:
+        """Free `short` KV tokens from cache entries no sequence uses (least recently used first; offloaded to the
+        host tier while it has room); False, evicting nothing, if they cannot."""
+        from fabric.serve.tier import OFFLOAD
+        free = [p for p in grp.cache if not grp.pins.get(p, 0) and p != keep]
+        if sum(grp.cache[p] for p in free) < short:
+            return False
+        for p in free:
+            if short <= 0:
+                break
+            t = grp.cache.pop(p)
+            grp.kv_used -= t
+            short -= t
+            if self.tier is not None and self._host_room(grp, t):
+                grp.host_cache[p] = t
+                grp.host_used += t
+                self.moves.append((self._group_index(grp), t, OFFLOAD))
+        return True
+
+    def _host_room(self, grp: Group, tokens: int) -> bool:
+        """Whether `tokens` fit in the group's host tier, dropping its least recently used cache entries if they
+        must (a swapped sequence's KV is never dropped)."""
+        limit = self.tier.tokens_per_group
+        if tokens > limit - (grp.host_used - sum(grp.host_cache.values())):
+            return False
+        while grp.host_used + tokens > limit:
+            grp.host_used -= grp.host_cache.popitem(last=False)[1]
+        return True
+
+    def _group_index(self, grp: Group) -> int:
+        for r, rep in enumerate(self.groups):
+            for g, x in enumerate(rep):
+                if x is grp:
+                    return r * self.plan.dp + g
+        raise ValueError("not a group of this scheduler")
 
     def _decoding(self, grp: Group) -> np.ndarray:
         ids = np.asarray(grp.running, np.int64)
@@ -189,19 +308,26 @@ class Scheduler:
                 c = min(int(self.target[rid] - self.done_prefill[rid]), left)
                 chunks.append((rid, c))
                 left -= c
-            if grp.kv_used + len(dec) + sum(c for _, c in chunks) <= grp.capacity or not grp.running:
+            short = grp.kv_used + len(dec) + sum(c for _, c in chunks) - grp.capacity
+            if short <= 0 or not grp.running:
                 break
-            self._preempt_newest(grp)
+            if not self._evict(grp, short):
+                self._preempt_newest(grp)
         promised = sum(int(self.target[r] - self.done_prefill[r]) for r in grp.prefilling)
         while grp.waiting and left > 0 and len(grp.running) < self.max_seqs:
             rid = grp.waiting[0]
-            todo = int(self.target[rid] - self.done_prefill[rid])     # prompt tokens still to prefill
-            # the KV it brings: swapped out (in host memory), or handed over whole (disaggregated), or none
-            brings = int(self.host[rid]) or (int(self.target[rid]) if todo <= 0 else 0)
-            if grp.kv_used + len(dec) + promised + brings + todo > grp.capacity:
+            hit, entry_in_host = self._prefix_hit(grp, rid)
+            todo = int(self.target[rid] - self.done_prefill[rid]) - hit  # prompt tokens still to prefill
+            # the KV it brings: swapped out (in host memory), or handed over whole (disaggregated), or none; and
+            # its prefix's cache entry if that is in host memory
+            brings = int(self.host[rid]) or (int(self.target[rid]) if todo <= 0 and not hit else 0)
+            short = grp.kv_used + len(dec) + promised + brings + entry_in_host + todo - grp.capacity
+            if short > 0 and not self._evict(grp, short, keep=self._prefix_of(rid)):
                 break
             grp.waiting.pop(0)
             grp.running.append(rid)
+            if hit:
+                self._use_prefix(grp, rid, hit)
             if self.host[rid]:                        # swapped out: reloaded before this step's forward pass
                 from fabric.serve.tier import RELOAD
                 self.moves.append((int(self.group_of[rid]), brings, RELOAD))
@@ -231,7 +357,7 @@ class Scheduler:
         if self.stretch and not self.joined and not self.moves and not any(c for _, c in plans):
             return self._decode_stretch(r, t, [d for d, _ in plans])
         sizes = [len(d) + sum(c for _, c in chunks) for d, chunks in plans]
-        dec_kv = max(int(self.kv[d].sum()) for d, _ in plans)
+        dec_kv = max(int(self.kv[d].sum() + self.shared[d].sum()) for d, _ in plans)
         # the group with the most prefill attention work: its prompt tokens, prompts and (query, key) pairs
         pre = max(((sum(c for _, c in chunks), len(chunks),
                     sum(c * int(self.done_prefill[rid]) + c * (c + 1) / 2 for rid, c in chunks))
@@ -253,6 +379,7 @@ class Scheduler:
                 grp.outstanding -= c
                 if self.done_prefill[rid] >= self.target[rid]:      # the prompt's last chunk: a token
                     grp.prefilling.remove(rid)
+                    self._share_prefix(grp, rid)
                     if np.isnan(self.first[rid]) and not self.wl.prefilled:   # (a decode pool's: the prefill's)
                         self.first[rid] = end
                     self.generated[rid] += 1
@@ -274,7 +401,7 @@ class Scheduler:
                 k = min(k, (grp.capacity - grp.kv_used) // len(d))
         k = max(k, 1)
         n = max(len(d) for d in decs)
-        kv0 = np.array([int(self.kv[d].sum()) for d in decs], np.float64)
+        kv0 = np.array([int(self.kv[d].sum() + self.shared[d].sum()) for d in decs], np.float64)
         grow = np.array([len(d) for d in decs], np.float64)
         steps = np.arange(k)
         kv = (kv0[:, None] + grow[:, None] * steps[None, :]).max(axis=0)      # busiest group's read per step
@@ -311,6 +438,7 @@ class Scheduler:
 
     def _finish(self, grp: Group, rid: int, t: float) -> None:
         grp.running.remove(rid)
+        self._unpin(grp, rid)
         grp.kv_used -= int(self.kv[rid])
         self.kv[rid] = 0
         self.finish[rid] = t

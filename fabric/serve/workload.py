@@ -10,6 +10,10 @@ Specs:
 where D (tokens) is N | uniform:A-B | lognormal:MEAN,SIGMA (MEAN the mean, SIGMA of the log) | empirical:FILE.csv
 (draws from that trace's prompt lengths for `in`, output lengths for `out`).
 
+`shared_prefix` ("F" or "F:K") gives any workload shared prompt prefixes: request i's first floor(F x prompt)
+tokens are one of K prefixes (drawn uniformly, K = 1 by default), the same tokens as every other request with that
+prefix up to the shorter one's length (a system prompt or a few-shot template): a prefix cache reuses their KV.
+
 `rate` rescales a trace's arrival times to that mean rate (requests/s); `requests` keeps the first N, `duration_s`
 those arriving before it (a closed loop stops issuing then). Every draw comes from a generator seeded by `seed`.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +49,8 @@ class Workload:
     duration_s: float | None = None  # closed loop: no request is sent after it
     meta: dict = field(default_factory=dict)
     prefilled: bool = False          # requests arrive with their prompt's KV and first token (a decode pool's)
+    prefix_id: np.ndarray | None = None      # int64 [n]: which shared prefix a prompt starts with (shared_prefix)
+    prefix_tokens: np.ndarray | None = None  # int64 [n]: how many of its first tokens are that prefix
 
     @property
     def n(self) -> int:
@@ -175,7 +181,30 @@ def _positive(value: str, what: str) -> float:
 # ---------------------------------------------------------------- the spec
 
 def parse_workload(spec: str, *, requests: int | None = None, duration_s: float | None = None,
-                   rate: float | None = None, seed: int = 0) -> Workload:
+                   rate: float | None = None, seed: int = 0, shared_prefix: str | None = None) -> Workload:
+    wl = _parse(spec, requests=requests, duration_s=duration_s, rate=rate, seed=seed)
+    return wl if shared_prefix is None else with_shared_prefix(wl, shared_prefix, seed)
+
+
+def with_shared_prefix(wl: Workload, text: str, seed: int = 0) -> Workload:
+    """wl with prefixes per `shared_prefix` text "F[:K]" (module docstring)."""
+    frac, _, k = str(text).partition(":")
+    try:
+        f, k = float(frac), int(k) if k else 1
+    except ValueError:
+        f, k = -1.0, 0
+    if not (0 < f <= 1 and 1 <= k <= 1_000_000):
+        raise ConfigError(f"--shared-prefix {text!r} must be F or F:K with F in (0, 1] (the share of each prompt "
+                          f"that is a shared prefix) and K >= 1 prefixes, e.g. 0.5 or 0.3:8")
+    rng = np.random.default_rng([seed, 0x9F1C])
+    ids = rng.integers(0, k, wl.n).astype(np.int64)
+    tokens = np.floor(f * wl.prompt_tokens).astype(np.int64)
+    return replace(wl, prefix_id=ids, prefix_tokens=tokens,
+                               meta=dict(wl.meta, shared_prefix_fraction=f, shared_prefixes=k))
+
+
+def _parse(spec: str, *, requests: int | None, duration_s: float | None, rate: float | None,
+           seed: int) -> Workload:
     if requests is not None and requests < 1:
         raise ConfigError(f"--requests must be >= 1, got {requests}")
     if duration_s is not None and not duration_s > 0:
