@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from typing import Any
 
 from fabric import topologies
 from fabric.errors import ConfigError
-from fabric.params import Section, param, range_text, subsection
+from fabric.params import Section, check_value, param, range_text, subsection
 from fabric.phy import packet_flits
 
 
@@ -665,20 +666,16 @@ for _key, _f, _ in _params():
 _WARNED: set[str] = set()
 
 
-def _renamed(updates: dict[str, Any], source: str) -> dict[str, Any]:
-    """Old flat keys replaced by their new keys, with one line on stderr per old key and process."""
-    out = {}
-    for key, value in updates.items():
-        if key not in DEPRECATED:
-            out[key] = value
-            continue
-        new = DEPRECATED[key]
-        if key not in _WARNED:
-            _WARNED.add(key)
-            print(f"deprecated: {key} ({source}) is now {' and '.join(new)}; the old key is read until the next "
-                  f"release", file=sys.stderr)
-        out.update(dict.fromkeys(new, value))
-    return out
+def _renamed(key: str, source: str) -> tuple[str, ...]:
+    """The key(s) a key sets: an old flat key's new keys, with one line on stderr per old key and process."""
+    if key not in DEPRECATED:
+        return (key,)
+    new = DEPRECATED[key]
+    if key not in _WARNED:
+        _WARNED.add(key)
+        print(f"deprecated: {key} ({source}) is now {' and '.join(new)}; the old key is read until the next "
+              f"release", file=sys.stderr)
+    return new
 
 
 def _field(key: str):
@@ -694,8 +691,20 @@ def _field(key: str):
     raise ConfigError(f"unknown parameter {key!r}{hint}")
 
 
-def _coerce(key: str, f, value: Any):
+def _coerce(key: str, f, value: Any, typed: bool = False):
+    """value as the field's type. `typed`: value comes from a TOML file, whose numbers and booleans carry their
+    type, so a string there is refused; --set values arrive as text and are parsed."""
     kind = type(f.default)
+    if typed and isinstance(value, str) and kind is not str:
+        bare = value.strip().lower() if kind is bool else value.strip()
+        if kind is bool:
+            written = bare if bare in ("true", "false") else "true or false"
+        else:
+            written = bare if _is_number(bare) and (kind is float or float(bare).is_integer()) else \
+                f"a {'whole ' if kind is int else ''}number"
+        what = "boolean" if kind is bool else "whole number" if kind is int else "number"
+        raise ConfigError(f"{key}={value!r} is a TOML string where a {what} belongs; write "
+                          f"{key.rpartition('.')[2]} = {written}, without quotes")
     try:
         # strict: a TOML bool is not a number, a number is not a bool or a text, a table or array is nothing;
         # --set values arrive as text and are parsed below
@@ -731,25 +740,89 @@ def _coerce(key: str, f, value: Any):
         raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__}{got} ({f.metadata['help']})") from None
 
 
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
 def _replaced(obj, changes: dict):
     """obj with `changes` ({field: value, or {sub-section field: ...}}) applied at every level."""
     return dataclasses.replace(obj, **{k: _replaced(getattr(obj, k), v) if isinstance(v, dict) else v
                                        for k, v in changes.items()})
 
 
-def _apply(base: FabricConfig, updates: dict[str, Any], source: str = "overrides") -> FabricConfig:
+def _apply(base: FabricConfig, updates: dict[str, Any], source: str = "overrides", typed: bool = False,
+           lines: dict[str, int] | None = None, errors: list | None = None) -> FabricConfig:
+    """base with `updates` ({section.key: value}) applied and validated. Every key's error is collected (with its
+    line in `lines`, a TOML file's) and all are raised together as one ConfigError naming `source`; `errors`:
+    (line, message) pairs found before (the file's structure). `typed`: a TOML file's values (see _coerce)."""
     changes: dict[str, Any] = {}
+    errors = list(errors or [])
     updates = dict(updates)
     if "faults" in updates:
         base = dataclasses.replace(base, faults=tuple(updates.pop("faults")))
-    for key, value in _renamed(updates, source).items():
-        f = _field(key)
-        *path, name = key.split(".")
-        node = changes
-        for part in path:
-            node = node.setdefault(part, {})
-        node[name] = _coerce(key, f, value)
-    return _replaced(base, changes)
+    for key, value in updates.items():
+        try:
+            for new in _renamed(key, source):
+                f = _field(new)
+                *path, name = new.split(".")
+                node = changes
+                for part in path:
+                    node = node.setdefault(part, {})
+                node[name] = _coerce(new, f, value, typed)
+                check_value(new, f.metadata, node[name])
+        except ConfigError as exc:
+            errors.append((_line_of(key, lines), str(exc)))
+    if errors:
+        raise ConfigError(_errors_text(source if lines is not None else None, errors))
+    try:
+        return _replaced(base, changes)
+    except ConfigError as exc:            # a rule across keys (fabric.config._cross_check)
+        if lines is None:
+            raise
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _line_of(key: str, lines: dict[str, int] | None) -> int | None:
+    """The line of a TOML file that sets key, or else the line of its nearest table."""
+    while lines and key:
+        if key in lines:
+            return lines[key]
+        key = key.rpartition(".")[0]
+    return None
+
+
+def _errors_text(source: str | None, errors: list[tuple[int | None, str]]) -> str:
+    """One line for every error: `source, line N: message`, or `source: K errors: line N: ...; line M: ...`."""
+    said = [f"line {n}: {msg}" if n else msg for n, msg in errors]
+    if source is None:
+        return "; ".join(said)
+    if len(errors) == 1:
+        return f"{source}, {said[0]}" if errors[0][0] else f"{source}: {said[0]}"
+    return f"{source}: {len(errors)} errors: " + "; ".join(said)
+
+
+_TABLE = re.compile(r"^\s*\[\[?\s*([^\[\]#]+?)\s*\]\]?\s*(?:#.*)?$")
+_KEY = re.compile(r"^\s*([\w\-.\"' ]+?)\s*=")
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """section.key -> the line (from 1) of a TOML text that sets it, and each [table] -> its header's line: tomllib
+    keeps no positions, and an error that names its line is found at once in a long file."""
+    lines, table = {}, ""
+    for n, line in enumerate(text.splitlines(), 1):
+        m = _TABLE.match(line)
+        if m:
+            table = ".".join(part.strip().strip("\"'") for part in m[1].split("."))
+            lines.setdefault(table, n)
+            continue
+        m = _KEY.match(line)
+        if m:
+            key = ".".join(part.strip().strip("\"'") for part in m[1].split("."))
+            lines.setdefault(f"{table}.{key}" if table else key, n)
+    return lines
 
 
 def with_overrides(cfg: FabricConfig, overrides: dict[str, Any]) -> FabricConfig:
@@ -765,20 +838,28 @@ def _flatten_table(prefix: str, values: dict, flat: dict) -> None:
             flat[f"{prefix}.{k}"] = v
 
 
-def _flatten_toml(data: dict, source: str) -> dict[str, Any]:
+def _flatten_toml(data: dict, source: str, errors: list | None = None,
+                  lines: dict[str, int] | None = None) -> dict[str, Any]:
+    """{section.key: value} of a parsed TOML config. A badly shaped table is an error: raised at once, or appended
+    to `errors` as (line, message) when given."""
     flat = {}
     for section, values in data.items():
+        problem = None
         if section == "preset":  # descriptive metadata of a preset file
             continue
         if section == "faults":  # [[faults]] tables, each spec = "link:sw0-sw1:down@100" (fabric.faults)
-            if not (isinstance(values, list) and all(isinstance(v, dict) and set(v) == {"spec"} for v in values)):
-                raise ConfigError(f"{source}: faults must be [[faults]] tables holding one key, "
-                                  f"spec = \"link:sw0-sw1:down@100\"")
-            flat["faults"] = tuple(str(v["spec"]) for v in values)
-            continue
-        if not isinstance(values, dict):
-            raise ConfigError(f"{source}: top-level key {section!r} must be a [section] table")
-        _flatten_table(section, values, flat)
+            if isinstance(values, list) and all(isinstance(v, dict) and set(v) == {"spec"} for v in values):
+                flat["faults"] = tuple(str(v["spec"]) for v in values)
+                continue
+            problem = 'faults must be [[faults]] tables holding one key, spec = "link:sw0-sw1:down@100"'
+        elif not isinstance(values, dict):
+            problem = f"top-level key {section!r} must be a [section] table"
+        if problem is None:
+            _flatten_table(section, values, flat)
+        elif errors is None:
+            raise ConfigError(f"{source}: {problem}")
+        else:
+            errors.append((_line_of(section, lines), problem))
     return flat
 
 
@@ -831,17 +912,23 @@ def load_config(preset: str | None = None, config_file: str | Path | None = None
     """Defaults, then the preset, then a TOML file, then --set overrides; validated at every step."""
     cfg = FabricConfig()
     if preset:
-        source = f"preset {preset}"
-        cfg = _apply(cfg, _flatten_toml(_parse_toml(preset_text(preset), source), source), source)
+        cfg = _apply_toml(cfg, preset_text(preset), f"preset {preset}")
     if config_file:
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        cfg = _apply(cfg, _flatten_toml(_parse_toml(read_text_file(path, "config file"), str(path)), str(path)),
-                     f"config file {path}")
+        cfg = _apply_toml(cfg, read_text_file(path, "config file"), f"config file {path}")
     if overrides:
         cfg = _apply(cfg, overrides, "--set or overrides")
     return cfg
+
+
+def _apply_toml(cfg: FabricConfig, text: str, source: str) -> FabricConfig:
+    """cfg with a TOML text's values applied: typed (a string is no number), every error at once with its line."""
+    errors: list = []
+    lines = _key_lines(text)
+    flat = _flatten_toml(_parse_toml(text, source), source, errors, lines)
+    return _apply(cfg, flat, source, typed=True, lines=lines, errors=errors)
 
 
 def describe() -> list[dict]:

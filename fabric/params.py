@@ -41,6 +41,23 @@ def range_text(m: dict, default=None) -> str:
     return f"{lo}{m['lo'] if m['lo'] is not None else '-inf'}, {m['hi'] if m['hi'] is not None else 'inf'}{hi}"
 
 
+def check_value(name: str, m: dict, v) -> None:
+    """A ConfigError if v is not one of the field's choices or lies outside its range (metadata m)."""
+    if m.get("choices"):
+        if v not in m["choices"]:
+            raise ConfigError(f"{name}={v!r} is not allowed; use {range_text(m)}")
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return
+    bad = (isinstance(v, float) and not math.isfinite(v))
+    if m.get("lo") is not None:
+        bad |= v <= m["lo"] if m["lo_open"] else v < m["lo"]
+    if m.get("hi") is not None:
+        bad |= v >= m["hi"] if m["hi_open"] else v > m["hi"]
+    if bad:
+        raise ConfigError(f"{name}={v!r} is out of range; allowed {range_text(m)} {m['unit']}")
+
+
 class Crossing(NamedTuple):
     """What a sub-section's parts add to one crossing of the fabric (fabric.config.idle_gap_ns, the watchdog's
     floor): forwarding nodes slower than a switch may be, cables longer than phy.cable_m, and latencies paid once
@@ -55,23 +72,11 @@ class Section:
 
     def validate(self, prefix: str) -> None:
         for f in dataclasses.fields(self):
-            m, v, name = f.metadata, getattr(self, f.name), f"{prefix}.{f.name}"
+            v, name = getattr(self, f.name), f"{prefix}.{f.name}"
             if isinstance(v, Section):
                 v.validate(name)
-                continue
-            if m.get("choices"):
-                if v not in m["choices"]:
-                    raise ConfigError(f"{name}={v!r} is not allowed; use {range_text(m)}")
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                continue
-            bad = (isinstance(v, float) and not math.isfinite(v))
-            if m.get("lo") is not None:
-                bad |= v <= m["lo"] if m["lo_open"] else v < m["lo"]
-            if m.get("hi") is not None:
-                bad |= v >= m["hi"] if m["hi_open"] else v > m["hi"]
-            if bad:
-                raise ConfigError(f"{name}={v!r} is out of range; allowed {range_text(m)} {m['unit']}")
+            else:
+                check_value(name, f.metadata, v)
 
     def check(self, cfg, prefix: str) -> None:
         """Rules that need the whole config (cfg, validated section by section); run for every sub-section,

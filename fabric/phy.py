@@ -326,7 +326,7 @@ def replay_rate_fraction(cfg, topo, replay_flits: int):
     import numpy as np
     R, T = ack_round_trips(cfg, topo)
     P = packet_flits(cfg, cfg.txn.max_payload_bytes)
-    return np.minimum(1.0, np.maximum(replay_flits // P - 1, 0) * T / R)
+    return np.minimum(1.0, (replay_flits // P) * T / R)
 
 
 def e2e_round_trips(cfg, topo):

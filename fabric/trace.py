@@ -395,12 +395,10 @@ def _parse(f) -> tuple[Trace | None, list[str]]:
     sv = _attr(f, "schema_version", problems)
     lo, hi = SUPPORTED_SCHEMA_VERSIONS
     if sv is not None:
-        try:
-            svi = int(sv)
-        except (TypeError, ValueError):
-            svi = None
+        # an integer attribute only: int() would read 1.5 (or "1") as version 1
+        svi = int(sv) if isinstance(sv, (int, np.integer)) and not isinstance(sv, (bool, np.bool_)) else None
         if svi is None or not lo <= svi <= hi:
-            shown = svi if svi is not None else _s(sv)
+            shown = svi if svi is not None else sv.item() if isinstance(sv, np.generic) else _s(sv)
             return None, [f"schema_version {shown!r} is not supported; this reader supports versions {lo} to {hi}"]
     meta = {}
     mj = _attr(f, "meta_json", problems)

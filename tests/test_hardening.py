@@ -201,6 +201,11 @@ CONFIG_TOML = {
     "kind-int": ("[topology]\nkind = 3\n", "topology.kind=3 is not a valid str"),
     "lanes-array": ("[phy]\nlanes = [8]\n", "phy.lanes=[8] is not a valid int"),
     "seed-float": ("[sim]\nseed = 1.5\n", "sim.seed=1.5 is not a valid int"),
+    # issue 33 item 5: a TOML file is typed, a string is no number or boolean; every error at once, with its line
+    "ber-string": ("[phy]\nber = \"1e-6\"\n", "line 2: phy.ber='1e-6' is a TOML string where a number belongs"),
+    "wrap-string": ("[topology.accel_mesh]\nwrap = \"yes\"\n", "line 2: topology.accel_mesh.wrap='yes' is a TOML "
+                                                             "string where a boolean belongs"),
+    "two-errors": ("[phy]\nlanes = \"8\"\n[sim]\nseed = -1\n", "2 errors: line 2: phy.lanes='8'"),
 }
 
 
@@ -211,6 +216,28 @@ def test_config_types_are_strict(tmp_path, case):
     p = tmp_path / "c.toml"
     p.write_text(text)
     one_line_exit_2(invoke(main, ["topology", "--config", str(p)]), needle)
+
+
+@pytest.mark.parametrize("value", [1.5, "1"])
+def test_schema_version_must_be_an_integer(tmp_path, value):
+    """int() would read 1.5 or "1" as version 1 (issue 33 item 5)."""
+    p = write_unchecked(tmp_path / "sv.h5", two_rank_trace())
+    with h5py.File(p, "r+") as f:
+        f.attrs["schema_version"] = value
+    T._sign(p)
+    one_line_exit_2(invoke(replay_main(), [p, "--engine", "analytic", "--quiet"]),
+                    f"schema_version {value!r} is not supported")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--shape", "1000000000000,1000000000000"], "beyond the bounds of one op of a trace (FLOPs 2e+24 > 1e+24"),
+    (["--shape", "99999999999999999999999,2"], "--shape=99999999999999999999999 is larger than any kernel"),
+    (["--op", "attention", "--ctx", "100000000000000000000"], "--ctx=100000000000000000000 is larger"),
+    (["--shape", "8,8", "--tokens", str(1 << 60)], f"--tokens={1 << 60} is larger"),
+])
+def test_kernel_probe_shapes_get_the_size_guard(args, needle):
+    from fabric.cli.probe import main
+    one_line_exit_2(invoke(main, ["kernel", *args]), needle)
 
 
 def test_numbers_from_set_still_parse():

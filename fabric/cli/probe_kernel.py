@@ -20,7 +20,31 @@ def parse_shape(text: str | None) -> tuple:
         raise ConfigError(f"--shape {text!r} must be integers separated by commas, e.g. 7168,2112") from None
     if not dims or any(d < 1 for d in dims):
         raise ConfigError(f"--shape {text!r}: every dimension must be a positive integer")
+    check_count("shape", max(dims))
     return dims
+
+
+def check_count(option: str, value: int) -> None:
+    """A count option (a shape dimension, tokens, heads, ...) at most 2^53, the most bytes one op of a trace may
+    move (fabric.trace.MAX_MEM_BYTES): beyond it no kernel is in bounds, and a float would lose the count."""
+    from fabric.errors import ConfigError
+    from fabric.trace import MAX_MEM_BYTES
+    if value > MAX_MEM_BYTES:
+        raise ConfigError(f"--{option}={value} is larger than any kernel a trace holds (at most 2^53 = "
+                          f"{int(MAX_MEM_BYTES)}); use a smaller --{option}")
+
+
+def check_bounds(r: dict, what: str) -> None:
+    """Refuse a prediction beyond the bounds every compute op of a trace obeys (fabric.trace MAX_FLOPS,
+    MAX_MEM_BYTES, MAX_OP_NS; docs/trace-format.md §Bounds), the size guard captured kernels get."""
+    from fabric import trace
+    from fabric.errors import ConfigError
+    over = [f"{name} {value:.3g} > {limit:.3g}" for name, value, limit in (
+        ("FLOPs", r["flops"], trace.MAX_FLOPS), ("bytes", r["bytes"], trace.MAX_MEM_BYTES),
+        ("ns", r["time_ns"], trace.MAX_OP_NS)) if not value <= limit]
+    if over:
+        raise ConfigError(f"{what} is beyond the bounds of one op of a trace ({', '.join(over)}; "
+                          f"docs/trace-format.md §Bounds); use smaller sizes")
 
 
 def probe_kernel(chip: str, op: str, shape=(), tokens: int = 1, dtype: str = "bf16", launch: str | None = None,
@@ -80,12 +104,16 @@ def kernel_cmd(chip, op, shape, tokens, dtype, launch, groups, ctx, heads, kv_he
                      tokens_per_group=tokens if tokens_per_group is not None else 1).items():
         if v < 1:
             raise ConfigError(f"--{k.replace('_', '-')}={v} must be a positive integer")
-    r = probe_kernel(chip, op, dims, tokens=tokens, dtype=dtype, launch=launch, **extra)
+        check_count(k.replace('_', '-'), v)
+    check_count("tokens", tokens)
+    check_count("rope", rope)
     what = (f"{op} {'x'.join(map(str, dims))}" + (f", {groups} groups" if op == "grouped" else "")
             if op != "attention"
             else f"{'causal prefill ' if phase == 'prefill' else ''}attention over {ctx} tokens, {heads} heads / "
                  f"{kv_heads} KV heads of {head_dim}" + (f" + rope {rope}" if rope else "")
                  + (f", {seqs} sequences" if phase == "prefill" and seqs > 1 else ""))
+    r = probe_kernel(chip, op, dims, tokens=tokens, dtype=dtype, launch=launch, **extra)
+    check_bounds(r, f"{what}, {tokens} token{'s' if tokens > 1 else ''}")
     click.echo(f"{what}, {tokens} token{'s' if tokens > 1 else ''}, {dtype} on {r['chip']} ({r['launch']} launch): "
                f"{r['time_us']:.2f} us, {r['regime']}-bound")
     click.echo(f"  kernel: compute {r['compute_ns'] / 1e3:.2f} us, memory {r['memory_ns'] / 1e3:.2f} us, "
