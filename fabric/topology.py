@@ -149,17 +149,20 @@ class Builder:
         self.coords.append(tuple(coord))
         return len(self.names) - 1
 
-    def link(self, u: int, v: int, ps_per_byte: float | None = None, latency_ps: int | None = None) -> None:
+    def link(self, u: int, v: int, ps_per_byte: float | None = None, latency_ps: int | None = None,
+             latency_back_ps: int | None = None) -> None:
+        """A bidirectional link u <-> v; latency_back_ps: the v -> u direction's latency when it differs."""
         rate = self.fabric_ps_per_byte if ps_per_byte is None else ps_per_byte
         lat = self.fabric_latency_ps if latency_ps is None else latency_ps
+        back = lat if latency_back_ps is None else latency_back_ps
         key = (min(u, v), max(u, v))
         k = self._pair_count.get(key, 0)
         self._pair_count[key] = k + 1
-        for a, b in ((u, v), (v, u)):
+        for a, b, t in ((u, v, lat), (v, u, back)):
             self.src.append(a)
             self.dst.append(b)
             self.rates.append(rate)
-            self.chlat.append(lat)
+            self.chlat.append(t)
             self.lane.append(k)
 
     def freeze(self, name: str, n_ranks: int, kind: str, description: str, reducing=(), **extra) -> Topology:

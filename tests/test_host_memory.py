@@ -33,6 +33,21 @@ def test_ranks_names_and_links_of_the_host_memory_nodes():
     assert [t.channel_name(c) for c in up] == ["hmem6->sw3", "hmem6->sw3#1", "hmem6->sw3#2"]
     assert t.ch_ps_per_byte[up] == pytest.approx(phy.ps_per_byte(cfg.topology.host_memory.gbps_per_link))
     assert np.all(t.ch_latency_ps[up] == phy.link_latency_ps(cfg) + phy.ps(cfg.topology.host_memory.latency_ns))
+    assert np.all(t.ch_latency_ps[t.ch_rev[up]] == phy.link_latency_ps(cfg))         # stores in are posted
+
+
+@pytest.mark.parametrize("engine", ["analytic", "packet"])
+def test_a_load_from_host_memory_pays_the_dram_latency_once_and_a_store_none(engine):
+    """64 B from acc0 to hmem0 against the same to acc1 (both one switch away): a load takes latency_ns longer
+    (plus under a ns of the slower link's serialisation), a store under a ns longer."""
+    cfg = _cfg(nodes_per_domain=1, latency_ns=250.0)
+    t = shared(cfg)
+
+    def took(peer, op):
+        return float(sim.run(cfg, t, transfer_graph(np.array([0]), np.array([peer]), np.array([64]), op=op),
+                             engine=engine, transfers=False).task_end_ps.max())
+    assert phy.ps(250.0) <= took(64, 1) - took(1, 1) <= phy.ps(251.0)
+    assert 0 <= took(64, 0) - took(1, 0) <= phy.ps(1.0)
 
 
 def test_spares_come_before_host_memory_and_are_not_it():

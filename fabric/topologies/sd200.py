@@ -57,8 +57,8 @@ class HostMemoryParams(Section):
                               help="capacity of one host-memory node (its KV tier capacity); the window it exposes "
                                    "in the address map is an aperture of topology.accel_mem_gib (docs/topology.md "
                                    "§Host memory)",
-                              reason="64 TB of host memory over 8 host domains = 8 TB each, one node per domain "
-                                     "(docs/sources.md §SD200 system)")
+                              reason="64 TB of host memory over 8 host domains: 8 TB each, one node per domain, "
+                                     "taken as 8 TiB (docs/sources.md §SD200 system)")
     links_per_node: int = param(2, unit="links", lo=1, hi=64,
                                 help="parallel links from a host-memory node to its domain switch (the host CPU's "
                                      "root ports into the fabric)",
@@ -73,8 +73,9 @@ class HostMemoryParams(Section):
                                         "channels x 4800 MT/s x 8 B = 307-461 GB/s per socket) is faster, so the "
                                         "root ports bound it [E]")
     latency_ns: float = param(100.0, unit="ns", lo=0, hi=1e6,
-                              help="DRAM access latency, added to the PHY latency of each direction of a host-memory "
-                                   "node's links (a read pays it twice: request in, data out)",
+                              help="DRAM access latency, added to the PHY latency of a host-memory node's outbound "
+                                   "channels (node -> switch): a load's data leaves after it; a store is posted "
+                                   "(the root complex's write buffers take it) and does not wait for it",
                               reason="Intel Memory Latency Checker on a Xeon Scalable with DDR4-2666 gives 82 ns idle "
                                      "and 130 ns at full bandwidth (community.intel.com, MLC v3.5 thread); 100 ns "
                                      "between the two; not published for the SD200 host [E]")
@@ -114,10 +115,11 @@ def build(cfg):
     for r in range(R + s.spares):
         for _ in range(N):
             b.link(r, int(sw[dom[r]]))
-    hmem_ps_per_byte, hmem_latency_ps = ps_per_byte(h.gbps_per_link), link_latency_ps(cfg) + ps(h.latency_ns)
+    # the DRAM access holds what a node sends (a load's data); a store into it is posted
+    hmem_rate, phy_lat = ps_per_byte(h.gbps_per_link), link_latency_ps(cfg)
     for r in range(first_hmem, first_hmem + n_dom * H):
         for _ in range(h.links_per_node):
-            b.link(r, int(sw[dom[r]]), hmem_ps_per_byte, hmem_latency_ps)
+            b.link(r, int(sw[dom[r]]), hmem_rate, phy_lat + ps(h.latency_ns), phy_lat)
     mesh_links(b, sw, dims, (False, False, False), s.links_per_neighbor)
     desc = (f"{n_dom} host domains of {A} accelerators; domain switches in a {'x'.join(map(str, dims))} mesh; "
             f"{N} ports per accelerator, {s.links_per_neighbor} links between neighbouring switches")
