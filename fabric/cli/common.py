@@ -243,16 +243,18 @@ def count_bar(total: int, what: str = "points", enabled: bool = True, tick: bool
 
 def provenance(cfg: FabricConfig, preset=None, config_file=None, sets=(), seed=None, overrides=None) -> dict:
     """What produced a result: the effective configuration, the preset, the overrides (--config file, --set and
-    the command's own options), the seed and the project version; every --json result carries it as "meta"."""
-    from fabric import DISTRIBUTION, __version__
-    return dict(version=__version__, distribution=DISTRIBUTION, preset=preset, config_file=config_file,
+    the command's own options), the seed, the project version and commit; every --json result carries it as
+    "meta"."""
+    return dict(version_meta(), preset=preset, config_file=config_file,
                 overrides={**parse_set(sets), **(overrides or {})}, seed=cfg.sim.seed, config=cfg.to_dict())
 
 
 def version_meta(**extra) -> dict:
-    """The "meta" of a result that no fabric configuration produced (a compute kernel): version and inputs."""
+    """The "meta" of a result that no fabric configuration produced (a compute kernel): version, the source's git
+    commit when it runs from a checkout (fabric._source), and inputs."""
     from fabric import DISTRIBUTION, __version__
-    return dict(version=__version__, distribution=DISTRIBUTION, **extra)
+    from fabric._source import commit
+    return dict(version=__version__, distribution=DISTRIBUTION, **({"commit": commit()} if commit() else {}), **extra)
 
 
 def check_writable(path: str | None, what: str = "--json") -> None:

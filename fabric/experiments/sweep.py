@@ -30,10 +30,11 @@ which [grid] can sweep as "serve.KEY" (with fabric keys, preset, engine and seed
     "serve.plan" = ["tp=64", "attn=dp,ep=64"]
 
 Every point is one replay (or one fabric.serve run); its row holds every swept value (column = the swept key), the
-point's hash, the project version, seed, wall time, every result field of `fabric-replay --json` (or of
-`fabric-serve --json`; nested ones flattened with dots, lists as JSON text), the capture or serve arguments
-(`capture.KEY`, `serve.KEY`) and the full effective configuration (columns `config.SECTION.KEY`, and
-`config.SECTION.SUB.KEY` for a sub-section such as [topology.sd200]). A point is identified by the hash of its
+point's hash, the project version and git commit (empty outside a checkout), seed, wall time, every result field of
+`fabric-replay --json` (or of `fabric-serve --json`; nested ones flattened with dots, lists as JSON text), the
+capture or serve arguments (`capture.KEY`, `serve.KEY`) and the full effective configuration (columns
+`config.SECTION.KEY`, and `config.SECTION.SUB.KEY` for a sub-section such as [topology.sd200]). A point is
+identified by the hash of its
 effective configuration, trace (or capture or serve arguments) and engine; points already in the output file are
 skipped (resume). A point that fails is reported and left out of the file, so the
 next run retries it.
@@ -331,6 +332,7 @@ def _serve(point: Point, cfg) -> dict:
 def run_point(point: Point, cache: str = ".fabric-sweep-cache") -> dict:
     """Replay (or serve) one point; returns its row (see the module docstring)."""
     import fabric
+    from fabric._source import commit
     _tune_malloc()
     t0 = time.perf_counter()
     cfg = point.config()
@@ -343,6 +345,7 @@ def run_point(point: Point, cache: str = ".fabric-sweep-cache") -> dict:
     row = {k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in point.swept.items()}
     row[HASH] = point.key()
     row["version"] = fabric.__version__
+    row["commit"] = commit() or ""
     row["seed"] = cfg.sim.seed
     row["point_wall_s"] = time.perf_counter() - t0
     res: dict = {}
