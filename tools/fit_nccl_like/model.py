@@ -18,14 +18,24 @@ HW = {
     #  H100 SXM5 / H200 SXM: NVLink4, 18 links x 25 GB/s = 450 GB/s/dir (900 GB/s total) [H100 datasheet, H200 datasheet]
     #  B200: NVLink5, 18 links x 50 GB/s = 900 GB/s/dir (1.8 TB/s total)           [DGX B200 / HGX B200 datasheet]
     # nvls: NVSwitch gen3+ (NVLink SHARP: in-switch reduction + multicast)            [H100 whitepaper "NVLink SHARP"]
-    # nvls_ref / ll_ref: NCCL per-architecture ratios (tuning.cc nvlsEfficiency, llMaxBws[arch][N1]); only the RATIO
-    #   between architectures is used, the absolute scale is fitted.
-    "A100": dict(nvl=300.0, nvls=False, nvls_ref=0.0, ll_ref=87.7, arch=80),
-    "H100": dict(nvl=450.0, nvls=True, nvls_ref=0.85, ll_ref=141.0, arch=90),
-    "H200": dict(nvl=450.0, nvls=True, nvls_ref=0.85, ll_ref=141.0, arch=90),
-    "B200": dict(nvl=900.0, nvls=True, nvls_ref=0.74, ll_ref=282.0, arch=100),
+    # Per-generation figures of NCCL's tuner (src/graph/tuning.cc, ncclTunerConstantsDefaults, indexed by compute
+    # capability: Ampere / Hopper / Blackwell, one node): nvls_ref = nvlsEfficiency, ll_ref = llMaxBws[arch][N1]
+    # (GB/s per GPU), ll128_ref = perChMaxRingLL128Bws[arch][N1] (GB/s per channel). The fit scales each by one
+    # factor shared by all generations (k_nvls, k_LL, k_LL128): the generation enters only through NCCL's figures.
+    # NCCL's latencies (baseLat, hwLat) are the same for every generation, so per-step and launch constants are
+    # shared too (a per-generation step factor fitted to 1.00 for Hopper and Blackwell: README section 2).
+    "A100": dict(nvl=300.0, nvls=False, nvls_ref=0.0, ll_ref=87.7, ll128_ref=20.0, arch=80),
+    "H100": dict(nvl=450.0, nvls=True, nvls_ref=0.85, ll_ref=141.0, ll128_ref=36.7, arch=90),
+    "H200": dict(nvl=450.0, nvls=True, nvls_ref=0.85, ll_ref=141.0, ll128_ref=36.7, arch=90),
+    "B200": dict(nvl=900.0, nvls=True, nvls_ref=0.74, ll_ref=282.0, ll128_ref=40.0, arch=100),
 }
-NIC = {"400G": 50.0, "200G": 25.0}  # GB/s per direction: ConnectX-7 / BlueField-3 400 Gb/s, HDR IB 200 Gb/s
+# NIC generations: line rate (GB/s per direction, spec) and the fraction of it GPUDirect RDMA writes reach
+# (perftest ib_write_bw --use_cuda, the pass thresholds of Azure/azurehpc-health-checks conf/nd96asr_v4.conf
+# "check_ib_bw_gdr 180.0" Gb/s on NDv4's HDR and conf/nd96isr_h100_v5.conf "check_ib_bw_gdr 380" Gb/s on NDv5's
+# NDR ConnectX-7). The library's fraction of that RDMA rate (s_ib, s_roce) is software, fitted per transport.
+#   HDR 200 Gb/s (ConnectX-6) = 25 GB/s; NDR 400 Gb/s (ConnectX-7) = 50 GB/s; 400GbE (BlueField-3 SuperNIC, the
+#   ConnectX-7 generation's NIC engine) = 50 GB/s, RDMA fraction taken as NDR's (no public RoCE perftest figure).
+NIC = {"200G": dict(gbps=25.0, rdma=180.0 / 200.0), "400G": dict(gbps=50.0, rdma=380.0 / 400.0)}
 
 # ---------------------------------------------------------------- NCCL facts (source: src/include/device.h, enqueue.cc)
 PROTOS = ("LL", "LL128", "Simple")
@@ -48,9 +58,10 @@ class System:
     graph: bool = False     # CUDA-graph launch (-G); documentation only: the fit found no stream/graph difference
     lib: str = "classic"    # "classic" NCCL kernels, or "symmetric" (NCCL >= 2.27 registered-window kernels)
     nch: int = 32           # ring/tree channels NCCL builds (topology fact; NCCL_MIN_NCHANNELS overrides)
-    net: str = "ib"         # "ib" or "roce" (selects the fitted achievable fraction of the NIC rate)
+    net: str = "ib"         # "ib" or "roce" (selects the fitted library fraction of the NIC's RDMA rate)
     fabric_lat: str = ""    # name of a fitted extra network latency (only "gke")
-    host: str = ""          # host whose -g N launch cost applies (only for gpus_per_proc > 1)
+    host: str = ""          # host whose -g N launch cost applies (only for gpus_per_proc > 1; "" = Lx, the
+                            # NVLink hosts' shared value: 2.554 and 2.526 us when fitted apart)
     fabric: str = "nvswitch"  # or "pcie": no NVLS, no LL128 (NCCL enables LL128 only up to NVB paths)
     pcie_bw: float = 0.0    # GB/s measured unidirectional P2P rate (p2pBandwidthLatencyTest) when fabric == "pcie"
 
@@ -63,8 +74,8 @@ class System:
 PARAMS = dict(
     L=8.527,           # us   per-call launch + kernel prologue + completion, classic kernels, one GPU per host thread
                        #      (stream or CUDA graph: back-to-back nccl-tests iterations hide the host enqueue)
-    Lx_a100host=2.554, # us  extra per additional GPU launched by one host thread (nccl-tests -g N), A100 table's host
-    Lx_h200host=2.526, # us  same, H200 2x8 table's host (a host-CPU/driver property, not library or fabric)
+    Lx=2.554,          # us   extra per additional GPU launched by one host thread (nccl-tests -g N): a host-CPU /
+                       #      driver property, not library or fabric; one value for the A100 and H200 hosts
     L_sym=2.614,       # us   symmetric-kernel launch + prologue (graph)
     h_LL=0.682,        # us   per ring/tree step, LL, intra-node (includes the NVLink one-way latency)
     h_LL128=2.74,      # us   per step, LL128
@@ -74,10 +85,12 @@ PARAMS = dict(
     F_S=86.925,        # us   extra per network step of a Simple (large-chunk) schedule, paid once per call: pipeline
                        #      start-up of the proxy chunk pipeline (see NOTES)
     k_LL=0.454,        # LL per-GPU payload rate cap = k_LL x llMaxBw[arch] (GB/s)   (SM-bound)
+    k_LL128=1.0,       # LL128 per-GPU payload rate cap = k_LL128 x perChMaxRingLL128Bw[arch] x channels
     eta_nvl=0.746,     # fraction of NVLink rate reached by Simple
     k_nvls=0.759,      # NVLS achievable fraction = k_nvls x nvlsEfficiency[arch]
-    eta_ib=0.752,      # fraction of NIC line rate reached by Simple, InfiniBand
-    eta_roce=0.636,    # fraction of NIC line rate reached by Simple, RoCE
+    s_ib=0.8356,       # fraction of the NIC's GPUDirect RDMA rate (NIC[..]["rdma"] x line rate) Simple reaches, IB:
+                       #      x 0.90 (HDR) = 0.752 of line rate; x 0.95 (NDR) = 0.794
+    s_roce=0.6695,     # same, RoCE: x 0.95 (400GbE) = 0.636 of line rate
     lat_gke=6.002,     # us   extra one-way network latency of the GKE (gIB) RoCE fabric vs a single-switch IB/Spectrum-X
                        #      fabric; a FABRIC property fitted only because it is not published
     g_nLL=0.285,       # LL   payload rate over a NIC relative to Simple's (eta_net x line rate)
@@ -103,21 +116,29 @@ def intra_rate(P, sys, hw, proto, nc, nt):
     Rn = P["eta_nvl"] * hw["nvl"] if sys.fabric == "nvswitch" else sys.pcie_bw  # PCIe: measured P2P rate
     if proto == "LL":
         return min(0.5 * Rn, P["k_LL"] * hw["ll_ref"])
+    if proto == "LL128" and sys.fabric == "nvswitch":
+        return min(WIRE_EFF[proto] * Rn, P["k_LL128"] * hw["ll128_ref"] * sys.nch)
     return WIRE_EFF[proto] * Rn
 
 
 def nic_rate(P, sys, proto, nc):
     """Payload GB/s one node can push per direction over its NICs (rail-aligned, one channel per NIC)."""
-    per_nic = P["eta_" + sys.net] * NIC[sys.nic]
+    per_nic = net_efficiency(P, sys) * NIC[sys.nic]["gbps"]
     if proto == "Simple":
         return sys.ppn * per_nic
     return min(sys.ppn, nc) * per_nic * P["g_n" + proto]
 
 
+def net_efficiency(P, sys):
+    """Fraction of the NIC line rate Simple reaches: the NIC generation's RDMA fraction x the library's share."""
+    return P["s_" + sys.net] * NIC[sys.nic]["rdma"]
+
+
 def launch(sys, P, sym=False):
     if sym:
         return P["L_sym"]
-    return P["L"] + ((sys.gpus_per_proc - 1) * P["Lx_" + sys.host] if sys.gpus_per_proc > 1 else 0.0)
+    lx = P["Lx_" + sys.host] if sys.host else P["Lx"]
+    return P["L"] + ((sys.gpus_per_proc - 1) * lx if sys.gpus_per_proc > 1 else 0.0)
 
 
 PCI_LAT_RATIO = {"LL": 1.0 / 0.6, "LL128": 2.5 / 1.9, "Simple": 5.7 / 3.4}  # NCCL hwLat[PCI]/hwLat[NVLINK], ring
@@ -125,6 +146,7 @@ PCI_LAT_RATIO = {"LL": 1.0 / 0.6, "LL128": 2.5 / 1.9, "Simple": 5.7 / 3.4}  # NC
 
 def _h(P, proto, sys):
     h = {"LL": P["h_LL"], "LL128": P["h_LL128"], "Simple": P["h_S"]}[proto]
+    h *= P.get("r_h_%d" % HW[sys.gpu]["arch"], 1.0)   # per-generation step factor: fit.py --gen-steps only
     return h * PCI_LAT_RATIO[proto] if sys.fabric == "pcie" else h
 
 
@@ -211,9 +233,9 @@ def time_us(op, M, sys, P=PARAMS):
 
 # ---------------------------------------------------------------- the calibration systems (facts from file headers)
 SYSTEMS = {
-    "a100_1x8_g8": System("a100_1x8_g8", "A100", 1, 8, gpus_per_proc=8, graph=False, nch=24, host="a100host"),
+    "a100_1x8_g8": System("a100_1x8_g8", "A100", 1, 8, gpus_per_proc=8, graph=False, nch=24),
     "b200_1x8_sym": System("b200_1x8_sym", "B200", 1, 8, graph=True, lib="symmetric", nch=32),
-    "h200_2x8_roce": System("h200_2x8_roce", "H200", 2, 8, nic="400G", gpus_per_proc=8, nch=32, net="roce", host="h200host"),
+    "h200_2x8_roce": System("h200_2x8_roce", "H200", 2, 8, nic="400G", gpus_per_proc=8, nch=32, net="roce"),
     "h200_2x1_roce": System("h200_2x1_roce", "H200", 2, 1, nic="400G", nch=32, net="roce", fabric_lat="gke"),
     "a100ib_1x8_graph": System("a100ib_1x8_graph", "A100", 1, 8, graph=True, nch=24),
     "a100ib_2x1_graph": System("a100ib_2x1_graph", "A100", 2, 1, nic="200G", graph=True, nch=24),
