@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import sys
@@ -878,6 +879,17 @@ def preset_text(name: str) -> str:
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise ConfigError(f"unknown preset {name!r}{hint} (available: {', '.join(preset_names())})")
     return resources.files("fabric.presets").joinpath(f"{name}.toml").read_text()
+
+
+def preset_of(cfg: FabricConfig) -> str | None:
+    """The preset cfg is (its seed and faults aside), or None: what a result calls a config built in Python."""
+    plain = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, seed=SimConfig.seed), faults=())
+    return next((name for name in preset_names() if _preset(name) == plain), None)
+
+
+@functools.lru_cache(maxsize=None)
+def _preset(name: str) -> FabricConfig:
+    return load_config(name)
 
 
 def read_text_file(path: str | Path, what: str = "file") -> str:

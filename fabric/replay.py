@@ -2,7 +2,7 @@
 
     run_step(trace, cfg, engine="packet", *, topo=None, progress=None, jobs=1, transfers=False, timer=None,
              layers=False, baseline=False, record=None) -> StepRun(graph, result, summary, topo, lower_s, ...)
-    replay(trace_path, cfg, ...) -> dict      what fabric-replay reports
+    replay(trace, cfg, ...) -> dict           what fabric-replay reports (trace: a file, a shipped name or a Trace)
 
 `run_step` is the step pipeline, written once: fabric-replay (replay), the serving experiments
 (fabric.experiments.serving), fabric-bench's replay cases and fabric-serve's step model all run a step through it. The
@@ -12,14 +12,15 @@ communication, collectives by kind and size, and how every link behaved (fabric.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from fabric import sim, trace as tracemod
-from fabric.config import FabricConfig
-from fabric.errors import ConfigError
+from fabric import shipped, sim, trace as tracemod
+from fabric.config import FabricConfig, preset_of
+from fabric.errors import ConfigError, TraceError
 from fabric.lower import lower
 from fabric.network import shared
 from fabric.report import collective_bytes, collective_summary, compute_totals, fault_summary, last_end_ps, \
@@ -130,13 +131,26 @@ class _Stages:
             self.timer(second, second_s)
 
 
-def replay(trace_path: str | None, cfg: FabricConfig, *, engine: str = "packet", preset: str = "sd200",
-           progress=None, timeline: str | None = None, jobs: int = 1) -> dict:
+def replay(trace: str | os.PathLike | tracemod.Trace | None, cfg: FabricConfig, *, engine: str = "packet",
+           preset: str | None = None, progress=None, timeline: str | None = None, jobs: int = 1) -> dict:
     """Replay one decode step (run_step, with the layer split and, under faults, the fault-free baseline); returns
-    the report (JSON-ready). progress, jobs: see fabric.sim.run. timeline: write the run's timeline there
+    the report (JSON-ready). trace: a trace file, a shipped trace's name (fabric.shipped) or an in-memory Trace
+    (what fabric.capture.capture returns; its "trace" is then None); None: the shipped DeepSeek-R1 TP64 trace.
+    preset: what the report calls the fabric (default: the preset cfg is, else "custom <kind> config";
+    fabric.config.preset_of). progress, jobs: see fabric.sim.run. timeline: write the run's timeline there
     (fabric.timeline; FILE.json or FILE.json.gz) and add its figures as "timeline"."""
-    path = trace_path or str(tracemod.default_trace_path())
-    tr = tracemod.read(path)
+    if isinstance(trace, tracemod.Trace):
+        path, tr = None, trace
+        problems = tracemod._check_trace(tr)
+        if problems:
+            raise TraceError(tracemod._summary("the in-memory trace is not valid", problems))
+    elif trace is None or isinstance(trace, (str, os.PathLike)):
+        path = shipped.trace_path(os.fspath(trace)) if trace is not None else str(tracemod.default_trace_path())
+        tr = tracemod.read(path)
+    else:
+        raise ConfigError(f"replay() takes a trace file, a shipped trace's name or a fabric.trace.Trace, not a "
+                          f"{type(trace).__name__}")
+    preset = preset or preset_of(cfg) or f"custom {cfg.topology.kind} config"
     topo = shared(cfg)
     if tr.n_ranks > topo.n_serving:
         raise ConfigError(f"the trace has {tr.n_ranks} ranks but preset {preset!r} has {topo.n_serving} "

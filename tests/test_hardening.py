@@ -240,6 +240,32 @@ def test_kernel_probe_shapes_get_the_size_guard(args, needle):
     one_line_exit_2(invoke(main, ["kernel", *args]), needle)
 
 
+@pytest.mark.parametrize("command,args,needle", [
+    ("trace", ["info", "toy-mla"], "trace 'toy-mla' is neither a file nor a shipped name; did you mean toy-mla-tp8?"),
+    ("replay", ["llama-70b", "--quiet"], "trace 'llama-70b' is neither a file nor a shipped name"),
+    ("probe", ["collective", "--op", "allreduce", "--compare", "a100"], "did you mean a100-8x?"),
+])
+def test_a_shipped_name_with_a_typo_lists_the_names(command, args, needle):
+    """Issue 33 item 6: traces and calibration tables by name; a wrong name is one line with the shipped ones."""
+    import importlib
+    one_line_exit_2(invoke(importlib.import_module(f"fabric.cli.{command}").main, args), needle, "shipped: ")
+
+
+def test_hf_config_folder_without_config_json(tmp_path):
+    from fabric.cli.capture import main
+    one_line_exit_2(invoke(main, ["--hf-config", str(tmp_path), "--tp", "8", "-o", str(tmp_path / "t.h5")]),
+                    "holds no config.json")
+
+
+def test_a_package_overwritten_by_the_ssh_tool_is_one_line(tmp_path):
+    """Issue 33 item 1 (tests/test_import_clash.py has the rest): fabric/__init__.py and fabric/config.py of the
+    SSH tool Fabric in place of ours: a command says so in one line with the fix, exit code 2."""
+    from test_import_clash import OVERWRITTEN, _installed, _run
+    r = _run(_installed(tmp_path, OVERWRITTEN), "from fabric.cli.probe import main; main(['presets'])")
+    assert r.returncode == 2 and r.stderr.startswith("error: the imported package `fabric`"), r.stderr
+    assert r.stderr.count("\n") == 1 and "pip install --force-reinstall --no-deps -e ." in r.stderr
+
+
 def test_numbers_from_set_still_parse():
     cfg = load_config(overrides={"phy.lanes": "4", "phy.ber": "1e-9", "topology.accel_mesh.wrap": "true",
                                  "sim.watchdog_ns": "1e6", "phy.flit_bytes": np.int64(128)})

@@ -26,8 +26,10 @@ def resolve_model(model: str | None = None, hf_config: str | None = None) -> tup
     if model:
         return model, builtin_config(model)
     cfg = load_hf_config(hf_config)
-    name = cfg.get("_name_or_path") or str(hf_config)
-    return name, cfg
+    # the model's name from its config (a folder's config.json lives at .../config.json of any name)
+    arch = cfg.get("architectures")
+    named = [cfg.get("_name_or_path"), cfg.get("model_type"), arch[0] if isinstance(arch, list) and arch else None]
+    return next((str(n) for n in named if isinstance(n, str) and n.strip()), str(hf_config)), cfg
 
 
 def logical_graph(spec: ModelSpec, config: dict, context: int, engine: str = "analytic", seed: int = 0,

@@ -70,7 +70,13 @@ def builtin_config(name: str) -> dict:
 
 
 def load_hf_config(path) -> dict:
+    """An HF config.json, or the one in a model directory (a checkpoint or hub snapshot folder)."""
     p = Path(path)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ConfigError(f"--hf-config directory {str(p)!r} holds no config.json; pass the model's folder or "
+                              f"its config.json")
+        p = p / "config.json"
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist")
     try:

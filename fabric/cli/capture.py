@@ -9,10 +9,12 @@ from fabric.cli.common import Command, check_writable, friendly
 
 
 @click.command(cls=Command, help="Capture one decode step of a model as a fabric trace (HDF5, format v1). Built-in models: "
-                    "deepseek-r1, kimi-k2, qwen3-235b-a22b, llama-3-70b, toy-mla; or --hf-config config.json.")
+                    "deepseek-r1, kimi-k2, qwen3-235b-a22b, llama-3-70b, toy-mla; or --hf-config config.json (or its "
+                    "folder).")
 @click.option("--model", default=None, help="built-in model name")
-@click.option("--hf-config", type=click.Path(dir_okay=False), default=None,
-              help="an HF-style config.json of a supported architecture instead of --model")
+@click.option("--hf-config", type=click.Path(), default=None,
+              help="an HF-style config.json of a supported architecture, or the model folder holding it, instead of "
+                   "--model (the trace names the model from the config)")
 @click.option("--tp", type=int, required=True, help="tensor-parallel ranks (attention, dense MLP)")
 @click.option("--ep", type=int, default=1, show_default=True,
               help="expert-parallel ranks (1 = experts tensor-parallel; else a multiple of --tp)")

@@ -118,6 +118,36 @@ def load(preset, config_file, sets, seed, overrides: dict | None = None, faults=
     return with_overrides(cfg, {"faults": cfg.faults + tuple(faults)}) if faults else cfg
 
 
+def config_label(preset, config_file=None, sets=()) -> str:
+    """What a result's header calls the fabric: the preset, or with a --config file that file over the preset
+    (a --config for a DGX node is not "sd200"), and the --set overrides' count."""
+    from pathlib import Path
+    label = f"{Path(config_file).name} over preset {preset}" if config_file and preset else \
+        Path(config_file).name if config_file else preset or "defaults"
+    return label + (f" + {len(sets)} --set" if sets else "")
+
+
+class Shipped(click.ParamType):
+    """A file argument that may also name a file the project ships (fabric.shipped): `toy-mla-tp8` for a trace,
+    `a100-8x` for a calibration table; a name that is neither is one line listing the shipped names."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.name = kind.upper()
+
+    def convert(self, value, param, ctx):
+        from fabric import shipped
+        from fabric.errors import ConfigError
+        try:
+            return (shipped.trace_path if self.kind == "trace" else shipped.calibration_path)(value)
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+TRACE = Shipped("trace")
+CALIBRATION_TABLE = Shipped("table")
+
+
 def fault_option():
     """--fault SPEC (repeatable): a permanent fault at run time (fabric.faults, docs/faults.md)."""
     return click.option("--fault", "faults", multiple=True, metavar="SPEC",

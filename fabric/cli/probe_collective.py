@@ -17,7 +17,7 @@ from fabric.cli.common import (
     provenance,
     write_json,
 )
-from fabric.cli.common import echo_timeline, timeline_option
+from fabric.cli.common import CALIBRATION_TABLE, echo_timeline, timeline_option
 
 OPS = ("allreduce", "allgather", "alltoall", "reduce_scatter")   # fabric.experiments.probe_collective.OPS, kernel-free
 TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64")   # probe_collective.TYPES
@@ -29,9 +29,10 @@ TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64
 @click.option("--min-bytes", default=None,
               help="smallest size of a sweep (e.g. 8); sizes double up to --max-bytes; K/M/G suffixes allowed")
 @click.option("--max-bytes", default=None, help="largest size of a sweep (e.g. 1G)")
-@click.option("--compare", "compare_path", type=click.Path(dir_okay=False), default=None,
-              help="nccl-tests output file: print predicted/measured per size and the geomean error; without "
-                   "sizes, sweep the sizes the file has")
+@click.option("--compare", "compare_path", type=CALIBRATION_TABLE, default=None,
+              help="nccl-tests output file, or the name of a table fabric ships (e.g. a100-8x; a wrong name lists "
+                   "them): print predicted/measured per size and the geomean error; without sizes, sweep the sizes "
+                   "the file has")
 @click.option("--type", "dtype", type=click.Choice(TYPES), default="float", show_default=True,
               help="data type of the count column (nccl-tests -d)")
 @click.option("--algorithm", default=None, help="force an algorithm [default: the configured library's choice]")

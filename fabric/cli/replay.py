@@ -16,7 +16,7 @@ from fabric.cli.common import (
     provenance,
     write_json,
 )
-from fabric.cli.common import echo_timeline, timeline_option
+from fabric.cli.common import TRACE, config_label, echo_timeline, timeline_option
 
 
 def headline(r: dict) -> str:
@@ -111,8 +111,9 @@ def render_migration(m: dict) -> list[str]:
 
 
 @click.command(cls=Command, help="Replay an HDF5 op trace of one decode step on a fabric and report time per output "
-                                 "token. With no TRACE, replays the shipped DeepSeek-R1 TP64 trace on sd200.")
-@click.argument("trace", required=False, type=click.Path(dir_okay=False))
+                                 "token. TRACE: a file or a shipped trace's name (e.g. toy-mla-tp8); with none, "
+                                 "replays the shipped DeepSeek-R1 TP64 trace on sd200.")
+@click.argument("trace", required=False, type=TRACE)
 @config_options()
 @engine_option()
 @json_option("write the report as JSON")
@@ -134,7 +135,8 @@ def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timel
     cfg = load(preset, config_file, sets, seed, overrides={"manager.migrate": True} if migrate else None,
                faults=faults)
     with progress_bar(not quiet) as progress:
-        r = replay(trace, cfg, engine=engine, preset=preset, progress=progress, timeline=timeline_path,
+        r = replay(trace, cfg, engine=engine, preset=config_label(preset, config_file, sets), progress=progress,
+                   timeline=timeline_path,
                    jobs=jobs or default_jobs())
     if quiet:
         click.echo(f"time {r['step_time_us']:.1f} us (collectives only)" if r.get("collectives_only")

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from fabric.cli.common import Group, check_writable, friendly, json_option, write_json
+from fabric.cli.common import TRACE, Group, check_writable, friendly, json_option, write_json
 
 
 @click.group(cls=Group, help="Inspect and validate fabric trace files (HDF5, format v1).")
@@ -18,7 +18,7 @@ def _fmt_bytes(n: int) -> str:
 
 
 @main.command(help="Print ranks, ops by kind, collectives by kind and size, and compute time per rank.")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=TRACE)
 @json_option("also write the summary as JSON to this file")
 @friendly
 def info(file, json_path):
@@ -47,7 +47,7 @@ def info(file, json_path):
 
 
 @main.command(help="Check a trace file; exit 1 listing every problem, 0 if it is valid.")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=TRACE)
 @friendly
 def validate(file):
     from fabric import trace as T
@@ -62,7 +62,7 @@ def validate(file):
 
 @main.command("export-chakra", help="Write a trace as Chakra execution traces (one <prefix>.<rank>.et file per rank, "
                                     "as ASTRA-sim reads them) into a directory.")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=TRACE)
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="directory to write into (created if missing)")
 @click.option("--prefix", default="fabric", show_default=True, help="file name prefix: <prefix>.<rank>.et")
