@@ -101,6 +101,24 @@ def test_host_memory_windows_translate_and_outside_is_unsupported_request():
     assert amap.locate(amap.global_addr(71, W), 1) == (-1, -1)
 
 
+def test_the_kernel_translates_host_memory_windows_like_the_address_map():
+    """Stores and loads addressed by host address (the peer left to the kernel's ingress port): into a host-memory
+    node's local and shadow windows they reach that node; past its window's end they complete as UR."""
+    cfg = _cfg(nodes_per_domain=1)
+    t = shared(cfg)
+    amap = build_address_map(t, cfg)
+    W = amap.window_bytes
+    rows = [(0, amap.host_addr(0, 64, 4096), 0), (0, amap.host_addr(0, 71, 0), 1), (9, amap.host_addr(1, 64, 0), 1),
+            (0, amap.host_addr(0, 71, W - 32), 0), (9, amap.host_addr(1, 71, W - 32), 1)]
+    src, addr, op = (np.array(c) for c in zip(*rows))
+    g = transfer_graph(src, -1, 64, op)
+    g["host_addr"] = addr.astype(np.int64)
+    res = sim.run(cfg, t, g)
+    assert res.transfers["status"][:5].tolist() == [0, 0, 0, STATUS_UR, STATUS_UR]
+    assert res.transfers["dst"][:3].tolist() == [64, 71, 64]
+    assert res.translation["unsupported_requests"] == 2 and res.translation["shadow_forwards"] == 2
+
+
 def test_a_trace_cannot_run_on_host_memory_ranks():
     """4 domains of 8 accelerators and 8 host-memory nodes each: 64 ranks, 32 of them serving; the 64-rank trace
     is refused."""
