@@ -348,10 +348,12 @@ class NcclLikeConfig(Section):
                                      "(a topology fact of NCCL's graph search)",
                               was="collectives.max_channels")
     net_efficiency: float = param(0.0, unit="ratio", lo=0, hi=1,
-                                  help="fraction of the NIC line rate Simple reaches; 0 = the profile's "
-                                       "InfiniBand 0.752 (RoCE: 0.636)",
-                                  reason="fitted: mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (IB), the H200 RoCE "
-                                         "tables >= 64M (RoCE) (docs/calibration.md)",
+                                  help="fraction of the NIC line rate Simple reaches, per NIC generation: the "
+                                       "NIC's GPUDirect RDMA fraction x the library's share (HDR 0.752, NDR "
+                                       "0.794, 400GbE RoCE 0.636); 0 = the profile's HDR 0.752",
+                                  reason="RDMA fraction from perftest (HDR 0.90, NDR 0.95: Azure/azurehpc-health-"
+                                         "checks); share fitted per transport on mscclpp_NDv4_NDmv4_A100_IB200G_"
+                                         "latency.txt (IB), the H200 RoCE tables (RoCE) (docs/calibration.md)",
                                   was="collectives.net_efficiency")
     nvls_efficiency: float = param(0.0, unit="ratio", lo=0, hi=1,
                                    help="NCCL's nvlsEfficiency of the GPU architecture (Hopper 0.85, "

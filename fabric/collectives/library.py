@@ -83,8 +83,9 @@ NCCL_LIKE = {
                             "only k_LL x this is used", "NCCL src/graph/tuning.cc llMaxBws (ratio between arches)"),
     "eta_nvl": Const(0.746, "ratio", "fraction of the scale-up link rate Simple reaches (tuner only)", _FIT,
                      "1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (16M-128M), mscclpp 1x8 1 GiB"),
-    "eta_net": Const(0.752, "ratio", "fraction of the NIC line rate Simple reaches, InfiniBand (RoCE: 0.636); "
-                     "tuner only", _FIT, "mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (2x1, 2x8, 1G/4G)"),
+    "eta_net": Const(0.752, "ratio", "fraction of the NIC line rate Simple reaches, HDR InfiniBand: 0.90 GPUDirect "
+                     "RDMA (perftest) x 0.8356 library share; presets set their NIC generation's (NDR 0.794, "
+                     "400GbE RoCE 0.636)", _FIT, "mscclpp_NDv4_NDmv4_A100_IB200G_latency.txt (2x1, 2x8, 1G/4G)"),
     "g_nLL": Const(0.285, "ratio", "LL rate over a NIC relative to Simple's (tuner only)",
                    _FIT + "; bound >= 0.1 is a prior", "2node_1xH200_RoCE_gke_dranet.txt (8K-32K), "
                    "2node_8xH200_RoCE400G_spectrumx_openshift.txt (16K-1M)"),
