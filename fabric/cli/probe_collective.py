@@ -17,7 +17,7 @@ from fabric.cli.common import (
     provenance,
     write_json,
 )
-from fabric.cli.common import CALIBRATION_TABLE, echo_timeline, timeline_option
+from fabric.cli.common import CALIBRATION_TABLE, config_label, echo_timeline, timeline_option
 
 OPS = ("allreduce", "allgather", "alltoall", "reduce_scatter")   # fabric.experiments.probe_collective.OPS, kernel-free
 TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64")   # probe_collective.TYPES
@@ -73,7 +73,8 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
             count_bar(len(byte_sizes), "sizes", not quiet, tick=True) as step:
         rows = sweep(cfg, op, byte_sizes, jobs=jobs, progress=step, algorithm=algorithm, ranks=ranks, engine=engine)
     library = getattr(cfg.collectives, "library", None) or cfg.collectives.policy
-    click.echo(f"{op} on {preset}, {rows[0]['ranks']} ranks, {engine} engine, library {library}")
+    click.echo(f"{op} on {config_label(preset, config_file, sets)}, {rows[0]['ranks']} ranks, {engine} engine, "
+               f"library {library}")
     click.echo(table(rows, dtype))
     for r in rows:
         if r.get("faults"):
