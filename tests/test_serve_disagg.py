@@ -28,6 +28,22 @@ def test_handover_of_a_4096_token_prompt_meets_the_zero_load_bound():
     assert bound_us <= got <= 1.1 * bound_us
 
 
+@pytest.mark.parametrize("engine", ["analytic", "packet"])
+def test_handover_under_load_takes_longer_than_the_bound(engine):
+    """The same hand-over while the other seven ranks of its host domain each send as much to the other domain's
+    ranks (an all-to-all crossing the same switch-to-switch links): it shares them and lands later."""
+    from fabric.config import load_config
+    cfg = load_config("sd200")
+    bpt = 61 * (512 + 64) * 2
+    h = Handover(cfg, [0], [8], bpt, engine)
+    idle = h.simulate(4096)
+    src = np.repeat(np.arange(1, 8), 2)
+    dst = np.tile([9, 10], 7)
+    loaded = h.simulate(4096, background=(src, dst, np.full(len(src), 4096 * bpt // 2)))
+    assert idle == pytest.approx(h.time_us(4096), rel=1e-3)
+    assert loaded > 1.5 * idle
+
+
 def test_every_request_served_once_and_decoded_after_its_kv_landed():
     r = serve_disaggregated(**TOY)
     from fabric.serve.workload import parse_workload

@@ -48,11 +48,20 @@ class Handover:
         src, dst = np.array(pairs, np.int64).T
         return transfer_graph(src, dst, np.full(len(pairs), max(int(round(per)), 1)))
 
-    def simulate(self, tokens: int) -> float:
+    def simulate(self, tokens: int, background=None) -> float:
+        """Microseconds until the hand-over's last byte lands; background: (src, dst, bytes) arrays of transfers
+        that start with it (other traffic it shares links with), None for the idle fabric."""
         from fabric import sim
         from fabric.network import shared
-        res = sim.run(self.cfg, shared(self.cfg), self.graph(tokens), engine=self.engine, transfers=False)
-        return float(res.task_end_ps.max()) / 1e6
+        from fabric.taskgraph import transfer_graph
+        g = self.graph(tokens)
+        n = len(g["rank"])
+        if background is not None:       # queued first: the analytic engine serves a shared link in issue order
+            src, dst, nbytes = (np.asarray(x, np.int64) for x in background)
+            g = transfer_graph(np.concatenate([src, g["rank"]]), np.concatenate([dst, g["peer"]]),
+                               np.concatenate([nbytes, g["nbytes"]]))
+        res = sim.run(self.cfg, shared(self.cfg), g, engine=self.engine, transfers=False)
+        return float(res.task_end_ps[-n:].max()) / 1e6
 
     def time_us(self, tokens) -> np.ndarray:
         return self.base_us + self.slope_us * np.asarray(tokens, np.float64)
