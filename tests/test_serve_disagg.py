@@ -60,6 +60,33 @@ def test_every_request_served_once_and_decoded_after_its_kv_landed():
     assert r["ranks"] == 16 and r["pools"]["prefill"]["ranks"] == 8
 
 
+def test_a_layered_handover_lands_between_the_prefill_end_and_the_handover_after_it():
+    """Layer by layer, the KV lands no later than after the prefill, and no earlier than the prefill's end plus one
+    layer's share of its last chunk; never faster than the fabric moves the whole prompt since the prefill began."""
+    from fabric.serve.disagg import Disaggregated
+    from fabric.serve.workload import parse_workload
+    wl = parse_workload(TOY["workload"], requests=40, seed=5)
+    moved = wl.output_tokens > 1
+    kw = {k: v for k, v in TOY.items() if k not in ("prefill", "workload", "requests")}
+    after = Disaggregated(prefill="tp=8", **kw).serve(TOY["workload"], requests=40)
+    layered = Disaggregated(prefill="tp=8,handover=layered", **kw).serve(TOY["workload"], requests=40)
+    assert layered["kv_handover"]["mode"] == "layered" and after["kv_handover"]["mode"] == "after"
+    assert layered["finished"] == 40 and layered["output_tokens"] == after["output_tokens"]
+    assert layered["ttft_ms"] == after["ttft_ms"]                               # the prefill pool is the same
+    assert 0 < layered["kv_handover"]["mean_ms"] < after["kv_handover"]["mean_ms"]
+    e2e_l, e2e_a = (np.array(r["per_request"]["e2e_ms"]) for r in (layered, after))
+    assert np.all(e2e_l[moved] <= e2e_a[moved] + 1e-6) and np.mean(e2e_l[moved]) < np.mean(e2e_a[moved])
+
+
+def test_handover_belongs_to_the_prefill_plan():
+    from fabric.errors import ConfigError
+    from fabric.serve.plan import parse_plan
+    with pytest.raises(ConfigError, match="give it in --prefill"):
+        parse_plan("attn=dp,ep=8,handover=layered", "--decode")
+    with pytest.raises(ConfigError, match="after, layered"):
+        parse_plan("tp=8,handover=sideways", "--prefill")
+
+
 def test_disaggregated_run_is_reproducible():
     a, b = serve_disaggregated(**TOY), serve_disaggregated(**TOY)
     assert a["ttft_ms"] == b["ttft_ms"] and a["tpot_ms"] == b["tpot_ms"] and a["kv_handover"] == b["kv_handover"]

@@ -69,7 +69,8 @@ def render(r: dict) -> str:
     b = r["fabric_bytes"]
     if "kv_handover" in r:
         h, pools = r["kv_handover"], r["pools"]
-        lines.append(f"  KV hand-over         {h['requests']} prompts, mean {h['mean_ms']:.2f} ms, p99 "
+        lines.append(f"  KV hand-over         {h['requests']} prompts ({h['mode']} the prefill), mean {h['mean_ms']:.2f} ms "
+                     f"after it, p99 "
                      f"{h['p99_ms']:.2f} ms, {h['bytes'] / 1e9:.2f} GB ({h['us_per_token']:.3f} us a token + "
                      f"{h['fixed_us']:.1f} us)")
         for name in ("prefill", "decode"):

@@ -48,7 +48,7 @@ class Deployment:
             raise ConfigError(f"--kv-tier {kv_tier!r} must be one of {', '.join(KV_TIERS)}")
         self.plan = parse_plan(plan, plan_flag)
         self.model_name, mcfg = resolve_model(model or (None if hf_config else "deepseek-r1"), hf_config)
-        spec = spec_from_config(mcfg, self.model_name)
+        self.spec = spec = spec_from_config(mcfg, self.model_name)
         self.chip = load_chip(chip)
         self.cfg = cfg if cfg is not None else load_config(preset)
         topo = shared(self.cfg)

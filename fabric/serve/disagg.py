@@ -8,7 +8,10 @@ The prefill pool takes ranks 0 .. P-1 of the preset, the decode pool the next D.
 prefill pool (its first token made there: TTFT), then its KV (the prompt's tokens, in the model's own layout: every
 rank of the decode attention group gets its share, MLA's whole latent) moves from the prefill attention group's
 ranks to the decode group's, and the decode pool admits it when the KV has landed (fabric.serve.scheduler: a
-prefilled request). The hand-over runs after the prefill (the layer-by-layer overlap is not modelled).
+prefilled request). The hand-over runs after the prefill, or (`handover=layered` in the prefill plan) layer by layer
+while it runs: each layer's KV of a chunk leaves as soon as the layer has computed it, so the KV lands one layer's
+share of the last chunk after the prefill ends, or, when the fabric is slower than the prefill makes KV, when the
+whole prompt's bytes have crossed since its first chunk began (the later of the two).
 
 The hand-over time is the engine's: every source rank sends its share to every destination rank, split over the
 accelerator's ports, on the idle fabric, simulated at two sizes and linear between (a transfer on an idle path is
@@ -136,6 +139,10 @@ class Disaggregated:
         moved = wl.output_tokens > 1
         hand_us = hand.time_us(wl.prompt_tokens)
         landed = ps.finish + hand_us / 1e6
+        if pre.plan.handover == "layered":
+            last = hand.time_us(ps.last_chunk / pre.spec.layers)
+            landed = np.maximum(ps.finish + last / 1e6, ps.prefill_start + hand_us / 1e6)
+            hand_us = (landed - ps.finish) * 1e6                  # what the request waits after its prefill
         rest = np.flatnonzero(moved)
         rest = rest[np.argsort(landed[rest], kind="stable")]          # the decode pool sees them as they land
         decode_wl = dataclasses.replace(wl, arrival_s=landed[rest], prompt_tokens=wl.prompt_tokens[rest],
@@ -160,7 +167,7 @@ class Disaggregated:
         return dict(self.meta, max_seqs=max_seqs, balance=balance, workload=wl.name, workload_meta=wl.meta,
                     ranks=self.ranks, attention_groups=pre.plan.groups + dec.plan.groups, memory=dec.kv.as_dict(),
                     **res, pools=dict(prefill=_pool(ps, pre), decode=_pool(ds, dec)),
-                    kv_handover=dict(requests=int(moved.sum()), mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
+                    kv_handover=dict(mode=pre.plan.handover, requests=int(moved.sum()), mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
                                      p99_ms=float(np.percentile(h, 99) * 1e-3) if len(h) else 0.0,
                                      bytes=res["fabric_bytes"]["kv_handover"], us_per_token=hand.slope_us,
                                      fixed_us=hand.base_us),

@@ -6,6 +6,7 @@
     replicas=2            that many independent copies of the deployment side by side, each with its own requests
     tbo=on                two micro-batches per step, one's expert all-to-all overlapping the other's compute
     weights=fp8           weight dtype (bf16, fp8, int8, int4; default bf16)
+    handover=layered      a prefill pool's KV hand-over: after the prefill (default) or layer by layer while it runs
 
 An attention group (attn_tp ranks) holds one set of sequences; a step runs every group's batch at once (their
 expert all-to-all ties them together), so the step is as long as its busiest group's.
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 
 from fabric.errors import ConfigError
 
-KEYS = ("tp", "attn", "ep", "ranks", "replicas", "tbo", "weights")
+KEYS = ("tp", "attn", "ep", "ranks", "replicas", "tbo", "weights", "handover")
+HANDOVERS = ("after", "layered")
 WEIGHT_DTYPES = ("bf16", "fp8", "int8", "int4")
 
 
@@ -29,6 +31,7 @@ class ServePlan:
     weight_dtype: str = "bf16"
     text: str = ""
     flag: str = "--plan"    # the option it came from, for messages (--prefill / --decode when disaggregated)
+    handover: str = "after"  # a prefill pool's KV hand-over (HANDOVERS)
 
     @property
     def ranks(self) -> int:
@@ -108,7 +111,11 @@ def parse_plan(text: str, flag: str = "--plan") -> ServePlan:
                           "model use tp=1,replicas=N")
     plan = ServePlan(attn_tp=attn_tp, ep=ep, replicas=_int("replicas", kv.get("replicas", "1")),
                      tbo=_onoff(kv.get("tbo", "off"), flag), weight_dtype=kv.get("weights", "bf16"), text=text,
-                     flag=flag)
+                     flag=flag, handover=kv.get("handover", "after"))
+    if "handover" in kv and flag != "--prefill":
+        raise ConfigError(f"{flag} {text!r}: handover= is how a prefill pool hands its KV over; give it in --prefill")
+    if plan.handover not in HANDOVERS:
+        raise ConfigError(f"{flag}: handover={plan.handover!r} must be one of {', '.join(HANDOVERS)}")
     if plan.weight_dtype not in WEIGHT_DTYPES:
         raise ConfigError(f"{flag}: weights={plan.weight_dtype!r} must be one of {', '.join(WEIGHT_DTYPES)}")
     if "ranks" in kv and _int("ranks", kv["ranks"]) != plan.ranks:

@@ -122,6 +122,8 @@ class Scheduler:
         self.pid = workload.prefix_id                   # shared prefixes (None: the workload has none)
         self.plen = workload.prefix_tokens
         self.shared = np.zeros(n, np.int64)             # tokens of its prefix's cache entry a sequence reads
+        self.prefill_start = np.full(n, np.nan)         # start of the step that ran its (last) prefill's first chunk
+        self.last_chunk = np.zeros(n, np.int64)         # tokens of the chunk that completed its prefill
         self.rr = 0
         self.joined = 0                                  # prefilled requests admitted while planning a step
         self.rec = Trace()
@@ -373,7 +375,10 @@ class Scheduler:
         for grp, (dec, chunks) in zip(self.groups[r], plans):
             self._advance_decode(grp, dec, 1, end)
             for rid, c in chunks:
+                if self.done_prefill[rid] == self.shared[rid]:      # its prefill's first chunk
+                    self.prefill_start[rid] = t
                 self.done_prefill[rid] += c
+                self.last_chunk[rid] = c
                 self.kv[rid] += c
                 grp.kv_used += c
                 grp.outstanding -= c
