@@ -45,6 +45,9 @@ def _ms(d: dict) -> str:
                      if k in ("p50", "p90", "p99", "mean"))
 
 
+_HANDOVER = {"after": "after the prefill", "layered": "layer by layer during the prefill"}
+
+
 def render(r: dict) -> str:
     mem = r["memory"]
     slo = r["slo"]
@@ -69,7 +72,7 @@ def render(r: dict) -> str:
     b = r["fabric_bytes"]
     if "kv_handover" in r:
         h, pools = r["kv_handover"], r["pools"]
-        lines.append(f"  KV hand-over         {h['requests']} prompts ({h['mode']} the prefill), mean {h['mean_ms']:.2f} ms "
+        lines.append(f"  KV hand-over         {h['requests']} prompts ({_HANDOVER[h['mode']]}), mean {h['mean_ms']:.2f} ms "
                      f"after it, p99 "
                      f"{h['p99_ms']:.2f} ms, {h['bytes'] / 1e9:.2f} GB ({h['us_per_token']:.3f} us a token + "
                      f"{h['fixed_us']:.1f} us)")
