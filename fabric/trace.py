@@ -71,6 +71,7 @@ MAX_MEM_BYTES = float(1 << 53)      # a compute op's memory bytes: exact in floa
 MAX_BATCH = 1 << 24
 MAX_CONTEXT = 1 << 30
 MAX_LAYER = (1 << 24)
+MAX_RANKS = 1 << 20                 # ranks in one trace: table_of_rank and the engines' per-rank tables
 
 _MAGIC = b"FABRIC-TRACE\x00"
 _USERBLOCK = 512
@@ -152,6 +153,7 @@ def replicate(trace: Trace, copies: int) -> Trace:
     if copies == 1:
         return trace
     R, G = int(trace.n_ranks), len(trace.groups)
+    _check_replicas(trace, copies)
     ops, groups = [], []
     for k in range(copies):
         shifted: dict[int, OpTable] = {}
@@ -169,6 +171,32 @@ def replicate(trace: Trace, copies: int) -> Trace:
     if "batch" in meta and meta["batch"]:
         meta["batch"] = int(meta["batch"]) * copies
     return Trace(meta=meta, n_ranks=R * copies, groups=groups, ops=ops)
+
+
+def _check_replicas(trace: Trace, copies: int) -> None:
+    """Refuse, before building it, a replicated trace past the ranks a trace holds or the memory guard that runs
+    have (sim.max_memory_mb's auto value: half of this machine's memory), as replay refuses a run up front.
+    The memory is what replicate() makes per copy: each distinct table's shifted group and peer columns and its
+    table object, and per rank a list slot and the group lists' entries (an upper bound: 29 MiB estimated for
+    16,384 copies of toy-mla tp8 held 20 MiB under tracemalloc, 12 for 4 of DeepSeek-R1 tp64 ep256 held 8.9)."""
+    from fabric.config import load_config, resource_limits
+    from fabric.errors import ConfigError
+    R = int(trace.n_ranks)
+    if R * copies > MAX_RANKS:
+        raise ConfigError(f"{copies} replicas of a {R}-rank step make {R * copies:,} ranks, more than a trace holds "
+                          f"({MAX_RANKS:,}); use at most {MAX_RANKS // R} replicas")
+    distinct = {id(t): t for t in trace.ops}.values()
+    per_copy_B = sum(t.group.nbytes + t.peer.nbytes + _TABLE_OBJECT_B for t in distinct) + R * _RANK_B
+    need_mb = copies * per_copy_B / 2**20
+    _, max_mb, how = resource_limits(load_config())
+    if need_mb > max_mb:
+        raise ConfigError(f"{copies} replicas of a {R}-rank step would hold about {need_mb:,.0f} MiB of op tables, "
+                          f"above the memory guard ({max_mb} MiB, half the {how}); use at most "
+                          f"{max(int(copies * max_mb / need_mb), 1)} replicas")
+
+
+_TABLE_OBJECT_B = 1024      # an OpTable and its two shifted columns' array headers (sys.getsizeof: ~0.9 KiB)
+_RANK_B = 64                # a rank's slot in ops and its group lists' entries (ints past 256 are objects)
 
 
 # ---------------------------------------------------------------- writing
@@ -560,13 +588,14 @@ def _check_trace(trace: Trace, table_of_rank=None) -> list[str]:
     if missing:
         problems.append(f"/ meta_json lacks {', '.join(missing)}")
     n_ranks = trace.n_ranks
-    if not isinstance(n_ranks, (int, np.integer)) or isinstance(n_ranks, bool) or not 1 <= n_ranks <= 1 << 20:
-        return problems + [f"n_ranks={n_ranks!r} must be an integer in [1, {1 << 20}]"]
+    if not isinstance(n_ranks, (int, np.integer)) or isinstance(n_ranks, bool) or not 1 <= n_ranks <= MAX_RANKS:
+        return problems + [f"n_ranks={n_ranks!r} must be an integer in [1, {MAX_RANKS}]"]
     if len(trace.ops) != n_ranks:
         return problems + [f"trace has {len(trace.ops)} op tables for n_ranks={n_ranks}"]
-    checked: dict[int, list[str]] = {}
+    checked: dict[tuple, list[str]] = {}
     for r, t in enumerate(trace.ops):
-        key = id(t)
+        # read() shares equal columns: the replicas of a step are checked once
+        key = tuple(id(getattr(t, c)) for c in _TABLE_CHECKED) + (len(t.group), len(t.peer), len(t.module))
         if key not in checked:
             checked[key] = _check_table(t)
         for p in checked[key]:
@@ -594,8 +623,9 @@ def _check_trace(trace: Trace, table_of_rank=None) -> list[str]:
             return problems
     if problems:
         return problems
-    # collectives: every member of a group issues the same sequence of (kind, bytes) on it
-    for gi, g in enumerate(trace.groups):
+    # collectives: every member of a group issues the same sequence of (kind, bytes) on it (group by group only to
+    # name the problems)
+    for gi, g in enumerate(trace.groups if not _collectives_agree(trace) else ()):
         seqs = {}
         for r in g:
             t = trace.ops[r]
@@ -616,8 +646,12 @@ def _check_trace(trace: Trace, table_of_rank=None) -> list[str]:
                     f"{COLL_NAMES[k0[j]] if 0 <= k0[j] < len(COLL_NAMES) else k0[j]} of {int(b0[j])} B, rank {r} op "
                     f"{int(idx[j])} is {COLL_NAMES[k[j]] if 0 <= k[j] < len(COLL_NAMES) else k[j]} of {int(b[j])} B"
                     + (f" ({len(diff)} positions differ)" if len(diff) > 1 else ""))
-    # point to point: sends r->p match receives on p from r, in order and size
+    # point to point: sends r->p match receives on p from r, in order and size (ranks with neither skipped, their
+    # kind column looked at once however many ranks share it)
+    p2p_in: dict[int, bool] = {}
     for r, t in enumerate(trace.ops):
+        if not p2p_in.setdefault(id(t.kind), bool(np.any((t.kind == KIND_SEND) | (t.kind == KIND_RECV)))):
+            continue
         for p in np.unique(t.peer[t.kind == KIND_SEND]):
             p = int(p)
             sent = t.coll_bytes[(t.kind == KIND_SEND) & (t.peer == p)]
@@ -651,6 +685,41 @@ def _refs_ok(trace: Trace) -> bool:
     p2p = (kind == KIND_SEND) | (kind == KIND_RECV)
     peer = np.concatenate([t.peer for t in trace.ops])[p2p].astype(np.int64)
     return not len(peer) or bool(((peer >= 0) & (peer < n_ranks) & (peer != rank[p2p])).all())
+
+
+_TABLE_CHECKED = ("op_id", "name", "kind", "stream", "duration_ns", "flops", "bytes", "coll_kind", "coll_bytes",
+                  "layer", "dep_ptr", "dep_idx")       # the columns _check_table reads (of group, peer and module,
+#                                                        only the lengths)
+
+
+def _collectives_agree(trace: Trace) -> bool:
+    """Whether every member of every group issues the same sequence of (coll_kind, coll_bytes) on it as the group's
+    first member: one pass over all ranks' collective ops at once, sorted by (group, rank) in op order (group by
+    group, 131,072 ranks took 10 s). Needs every collective's group valid and its rank a member (_refs_ok)."""
+    R = int(trace.n_ranks)
+    kind = np.concatenate([t.kind for t in trace.ops])
+    coll = kind == KIND_COLLECTIVE
+    rank = np.repeat(np.arange(R, dtype=np.int64), [len(t.kind) for t in trace.ops])[coll]
+    key = np.concatenate([t.group for t in trace.ops])[coll].astype(np.int64) * R + rank
+    o = np.argsort(key, kind="stable")          # stable: each (group, rank) run stays in op order
+    key = key[o]
+    ck = np.concatenate([t.coll_kind for t in trace.ops])[coll][o]
+    cb = np.concatenate([t.coll_bytes for t in trace.ops])[coll][o]
+    if not len(key):
+        return True
+    runs, start, count = np.unique(key, return_index=True, return_counts=True)
+    sizes = np.array([len(g) for g in trace.groups], np.int64)
+    m_rank = np.concatenate([np.asarray(g, np.int64) for g in trace.groups])
+    m_key = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes) * R + m_rank
+    at = np.minimum(np.searchsorted(runs, m_key), len(runs) - 1)
+    m_count = np.where(runs[at] == m_key, count[at], 0)         # collectives each member issues on the group
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])        # each group's first member, in the member lists
+    if np.any(m_count != np.repeat(m_count[first], sizes)):
+        return False
+    run = np.repeat(np.arange(len(runs)), count)
+    g = runs[run] // R
+    ref = start[np.searchsorted(runs, g * R + m_rank[first][g])] + (np.arange(len(key)) - start[run])
+    return bool(np.array_equal(ck, ck[ref]) and np.array_equal(cb, cb[ref]))
 
 
 def _check_table(t: OpTable) -> list[str]:
@@ -748,14 +817,26 @@ def _find_cycle(n, ptr, idx) -> list[int]:
 # ---------------------------------------------------------------- summaries (fabric-trace info)
 
 def summary(trace: Trace) -> dict:
-    """The numbers `fabric-trace info` prints (and writes as JSON)."""
-    ops_by_kind = {name: [int(np.sum(t.kind == k)) for t in trace.ops] for k, name in enumerate(KIND_NAMES)}
-    coll: dict[tuple[str, int], list[int]] = {}
-    for r, t in enumerate(trace.ops):
-        sel = np.nonzero((t.kind == KIND_COLLECTIVE) | (t.kind == KIND_SEND))[0]
-        for i in sel:
-            key = (COLL_NAMES[int(t.coll_kind[i])], int(t.coll_bytes[i]))
-            coll.setdefault(key, [0] * trace.n_ranks)[r] += 1
+    """The numbers `fabric-trace info` prints (and writes as JSON): per-rank lists, each figure computed once per
+    distinct table and given to every rank that holds it (a 262,144-rank capture is one table per replica, and
+    a pass per rank and op in Python took 9 min and 5.5 GB there)."""
+    tables, table_of_rank = _summary_tables(trace)
+    per_table_ops = np.array([len(t) for t in tables], np.int64)
+    by_kind = {name: np.array([np.count_nonzero(t.kind == k) for t in tables], np.int64)
+               for k, name in enumerate(KIND_NAMES)}
+    coll: dict[tuple[str, int], np.ndarray] = {}
+    for j, t in enumerate(tables):
+        sel = (t.kind == KIND_COLLECTIVE) | (t.kind == KIND_SEND)
+        pairs, counts = np.unique(np.stack([t.coll_kind[sel].astype(np.int64), t.coll_bytes[sel]]), axis=1,
+                                  return_counts=True)
+        for (kind, nbytes), c in zip(pairs.T.tolist(), counts.tolist()):
+            coll.setdefault((COLL_NAMES[kind], nbytes), np.zeros(len(tables), np.int64))[j] = c
+    distinct = Trace(meta=trace.meta, n_ranks=len(tables), groups=[], ops=tables)
+    compute_us = np.array([round(x / 1e3, 3) for x in distinct.compute_ns_per_rank()])
+
+    def per_rank(a: np.ndarray) -> list:
+        return a[table_of_rank].tolist()
+
     return dict(
         schema_version=int(trace.meta.get("schema_version", SCHEMA_VERSION)),
         model=trace.meta.get("model"),
@@ -765,11 +846,27 @@ def summary(trace: Trace) -> dict:
         chip=trace.meta.get("chip"),
         ranks=trace.n_ranks,
         groups=len(trace.groups),
-        ops_per_rank=[len(t) for t in trace.ops],
-        ops_by_kind=ops_by_kind,
-        collectives=[dict(kind=k, bytes=b, count_per_rank=c) for (k, b), c in sorted(coll.items())],
-        compute_us_per_rank=[round(x / 1e3, 3) for x in trace.compute_ns_per_rank()],
+        ops_per_rank=per_rank(per_table_ops),
+        ops_by_kind={name: per_rank(a) for name, a in by_kind.items()},
+        collectives=[dict(kind=k, bytes=b, count_per_rank=per_rank(c)) for (k, b), c in sorted(coll.items())],
+        compute_us_per_rank=per_rank(compute_us),
     )
+
+
+def _summary_tables(trace: Trace) -> tuple[list[OpTable], np.ndarray]:
+    """The distinct tables as summary() sees them, and each rank's index into them. A summary reads the kind,
+    stream, coll_kind, coll_bytes and duration_ns columns only, so ranks whose tables share those arrays (the
+    replicas of a capture differ in group and peer; read() shares equal columns) are one table here."""
+    index: dict[tuple, int] = {}
+    tables: list[OpTable] = []
+    table_of_rank = np.empty(len(trace.ops), np.int64)
+    for r, t in enumerate(trace.ops):
+        k = index.setdefault((id(t.kind), id(t.stream), id(t.coll_kind), id(t.coll_bytes), id(t.duration_ns)),
+                             len(tables))
+        if k == len(tables):
+            tables.append(t)
+        table_of_rank[r] = k
+    return tables, table_of_rank
 
 
 # ---------------------------------------------------------------- shipped trace

@@ -316,3 +316,91 @@ def test_replicate_places_independent_copies_side_by_side():
     assert len({id(t) for t in r.ops}) == 3 * len({id(t) for t in tr.ops})
     assert lower(r).n_tasks == 3 * lower(tr).n_tasks
     assert replicate(tr, 1) is tr
+
+
+def _summary_by_rank(tr) -> dict:
+    """summary()'s per-rank figures the slow way, op by op (what it computed before issue 33 item 3)."""
+    coll: dict = {}
+    for r, t in enumerate(tr.ops):
+        for i in np.nonzero((t.kind == T.KIND_COLLECTIVE) | (t.kind == T.KIND_SEND))[0]:
+            coll.setdefault((T.COLL_NAMES[int(t.coll_kind[i])], int(t.coll_bytes[i])), [0] * tr.n_ranks)[r] += 1
+    return dict(ops_per_rank=[len(t) for t in tr.ops],
+                ops_by_kind={n: [int(np.sum(t.kind == k)) for t in tr.ops] for k, n in enumerate(T.KIND_NAMES)},
+                collectives=[dict(kind=k, bytes=b, count_per_rank=c) for (k, b), c in sorted(coll.items())],
+                compute_us_per_rank=[round(x / 1e3, 3) for x in tr.compute_ns_per_rank()])
+
+
+def test_summary_per_distinct_table_equals_the_rank_by_rank_one():
+    """Issue 33 item 3: summary() works per distinct table; its figures are those of a pass over every rank, for a
+    read trace, replicas (tables that share all but group and peer) and ranks with tables of their own (sends)."""
+    from fabric.capture import capture
+    sends = T.Trace(meta=dict(model="x"), n_ranks=3, groups=[], ops=[
+        T.OpTable.from_rows([dict(name="a", duration_ns=1.5)], [[]]),
+        T.OpTable.from_rows([dict(name="s", kind=T.KIND_SEND, coll_kind=T.COLL_SENDRECV, coll_bytes=8, peer=0),
+                             dict(name="c", duration_ns=2000.25)], [[], [0]]),
+        T.OpTable.from_rows([dict(name="a", duration_ns=1.5)], [[]])])
+    for tr in (T.read(TOY), T.replicate(capture("deepseek-r1", tp=64), 3), capture("toy-mla", tp=8, ep=8, batch=4),
+               sends):
+        s = T.summary(tr)
+        assert {k: s[k] for k in _summary_by_rank(tr)} == _summary_by_rank(tr)
+    assert T.summary(sends)["collectives"] == [dict(kind="sendrecv", bytes=8, count_per_rank=[0, 1, 0])]
+
+
+def test_summary_of_131072_ranks_is_quick():
+    """Issue 33 item 3: 16,384 replicas of toy-mla tp8 (131,072 ranks) summarise in well under a second (the pass
+    over every rank and op took ~35 s; fabric-capture --replicas 4096 of DeepSeek-R1 tp64, 9 min)."""
+    import time
+    tr = T.replicate(T.read(TOY), 16384)
+    t0 = time.perf_counter()
+    s = T.summary(tr)
+    assert time.perf_counter() - t0 < 3.0
+    assert len(s["ops_per_rank"]) == 131072 and s["compute_us_per_rank"][-1] == s["compute_us_per_rank"][0]
+
+
+def test_replicas_past_the_rank_bound_or_the_memory_guard_are_refused_up_front(monkeypatch):
+    """Issue 33 item 3: replicate() refuses, before building anything, more ranks than a trace holds and copies
+    whose tables would pass the memory guard (sim.max_memory_mb's auto value), each in one line naming the fix."""
+    import time
+
+    import fabric.config
+    from fabric.capture import capture
+    from fabric.errors import ConfigError
+    tr = capture("deepseek-r1", tp=64)
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"more than a trace holds \(1,048,576\); use at most 16384 replicas"):
+        T.replicate(tr, 16385)
+    monkeypatch.setattr(fabric.config, "resource_limits", lambda c: (c.sim.max_events, 64, "machine memory 128 MiB"))
+    with pytest.raises(ConfigError, match=r"about 246 MiB of op tables, above the memory guard \(64 MiB.*use at "
+                                          r"most 42\d\d replicas"):
+        T.replicate(tr, 16384)      # 10.6 kB of group and peer columns, a table and 64 ranks a copy: 15.4 kB
+    assert time.perf_counter() - t0 < 1.0
+    assert T.replicate(tr, 8).n_ranks == 512
+
+
+def test_collective_sequences_checked_at_once_as_group_by_group():
+    """Issue 33 item 3: _collectives_agree (all ranks' collectives at once) says yes exactly when the group-by-group
+    check finds nothing: a member with one byte more, another kind, one collective less, or none on its group."""
+    import dataclasses
+    tr = T.replicate(T.read(TOY), 3)
+
+    def changed(rank, **cols):
+        ops = list(tr.ops)
+        ops[rank] = dataclasses.replace(ops[rank], **cols)
+        return T.Trace(tr.meta, tr.n_ranks, tr.groups, ops)
+
+    t = tr.ops[11]
+    i = int(np.flatnonzero(t.kind == T.KIND_COLLECTIVE)[2])
+    more = t.coll_bytes.copy()
+    more[i] += 1
+    other = t.coll_kind.copy()
+    other[i] = T.COLL_ALLGATHER if other[i] != T.COLL_ALLGATHER else T.COLL_ALLREDUCE
+    fewer = t.kind.copy()
+    fewer[i] = T.KIND_COMPUTE
+    none = np.where(t.kind == T.KIND_COLLECTIVE, T.KIND_COMPUTE, t.kind).astype(t.kind.dtype)
+    cases = [tr, changed(11, coll_bytes=more), changed(8, coll_bytes=more), changed(11, coll_kind=other),
+             changed(11, kind=fewer, coll_kind=np.where(fewer == T.KIND_COMPUTE, 0, t.coll_kind).astype(np.int8)),
+             changed(11, kind=none, coll_kind=np.zeros_like(t.coll_kind))]
+    got = [T._collectives_agree(c) for c in cases]
+    assert got == [True, False, False, False, False, False]
+    for c, agree in zip(cases, got):
+        assert agree == (not any(p.startswith("group ") for p in T._check_trace(c)))
