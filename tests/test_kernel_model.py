@@ -70,12 +70,19 @@ def test_same_bytes_different_shape(h200):
     assert h200.kernel_time_ns(a["flops"], a["bytes"]) == pytest.approx(h200.kernel_time_ns(b["flops"], b["bytes"]))
 
 
+def _one_tile(chip):
+    """The chip with a single GEMM tile (no narrower N tile to choose)."""
+    return dataclasses.replace(chip, kernels=dataclasses.replace(chip.kernels,
+                                                                 gemm_tile_n_min=chip.kernels.gemm_tile_n))
+
+
 def test_wave_quantisation_step_function(h200):
-    """A compute-bound GEMM: time is flat while the CTAs fit the same number of waves and jumps by one wave's
-    time when N adds a wave."""
+    """A compute-bound GEMM with one tile shape: time is flat while the CTAs fit the same number of waves and jumps
+    by one wave's time when N adds a wave."""
+    fixed = _one_tile(h200)
     times, waves = [], []
     for n in range(128 * 8, 128 * 48, 128):
-        r = predict(h200, "linear", shape=(8192, n), tokens=4096)
+        r = predict(fixed, "linear", shape=(8192, n), tokens=4096)
         assert r["regime"] == "compute"
         times.append(r["time_ns"])
         waves.append(r["waves"])
@@ -85,6 +92,34 @@ def test_wave_quantisation_step_function(h200):
         assert np.ptp(times[waves == w]) < 1e-6 * times[waves == w].max()    # flat within a wave count
     steps = np.diff(times)[np.diff(waves) > 0]
     assert len(steps) >= 3 and (steps > 0.05 * times.min()).all()          # and a jump at every new wave
+
+
+def test_tile_choice_fills_the_last_wave(h200):
+    """The N tile is chosen for the fewest waves, then the fullest last wave: never slower than the one 128-wide
+    tile, faster where that tile leaves units idle, and still monotone in N."""
+    fixed = _one_tile(h200)
+    times = []
+    for n in range(128 * 8, 128 * 48, 128):
+        r, f = predict(h200, "linear", shape=(8192, n), tokens=4096), predict(fixed, "linear", shape=(8192, n),
+                                                                              tokens=4096)
+        assert r["time_ns"] <= f["time_ns"] * (1 + 1e-9)
+        times.append(r["time_ns"])
+    assert (np.diff(times) >= -1e-6 * max(times)).all()
+    # 4096 x 2112: 128-wide tiles make 5 waves with 16 CTAs in the last; a narrower tile fills it
+    r, f = predict(h200, "linear", shape=(7168, 2112), tokens=4096), predict(fixed, "linear", shape=(7168, 2112),
+                                                                             tokens=4096)
+    assert r["tile"][1] < 128 and r["waves"] == f["waves"] and r["time_ns"] < 0.9 * f["time_ns"]
+    # a batch-16 GEMM whose 96 128-wide tiles leave 36 units idle takes a narrower tile (128 CTAs), not split-K
+    r = predict(h200, "linear", shape=(5376, 12288), tokens=16)
+    assert r["tile"][1] < 128 and r["ctas"] == 128 and r["split"] == 1
+
+
+def test_gemm_epilogue_follows_the_main_loop(h200):
+    """A short-K GEMM with a large output: the tile's store after its main loop is part of the compute time (the
+    DeepGEMM 4096 x 32768 x 512 shape runs at half its MMA rate)."""
+    r = predict(h200, "linear", shape=(512, 32768), tokens=4096, dtype="fp8")
+    mma = r["flops"] / (h200.peak_tflops["fp8"] * 1e3 * h200.eta_c_max)
+    assert r["regime"] == "compute" and r["compute_ns"] > 1.7 * mma
 
 
 def test_split_k_and_reduce_kernel(h200):

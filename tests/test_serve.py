@@ -74,15 +74,16 @@ def test_interpolated_steps_match_direct_simulation():
 
 
 def test_golden_small_run():
-    """A small run under KV pressure (12 preemptions) on toy-mla with data-parallel attention: its figures as they
+    """A small run under KV pressure (10 preemptions) on toy-mla with data-parallel attention: its figures as they
     were when recorded. A change to the scheduler, the step model or the engines moves them; rewrite them in the
-    same commit with the reason."""
+    same commit with the reason. (Last: issue 32's compute model, prefill attention as FlashAttention tiles and the
+    GEMM N-tile choice with its epilogue: 64 -> 63 steps, 12 -> 10 preemptions, TTFT p50 0.3688 -> 0.3454 ms.)"""
     r = serve(model="toy-mla", plan="attn=dp,ep=8", workload="poisson:rate=100000,in=uniform:20-60,out=uniform:20-60",
               requests=60, seed=11, token_budget=128, max_seqs=16, kv_fraction=1.3e-6)
-    assert (r["finished"], r["steps"], r["preemptions"], r["memory"]["kv_tokens_per_group"]) == (60, 64, 12, 450)
-    assert r["ttft_ms"]["p50"] == pytest.approx(0.3687633027005533, rel=1e-9)
-    assert r["tpot_ms"]["p50"] == pytest.approx(0.18705848296874028, rel=1e-9)
-    assert r["output_tokens_per_s"] == pytest.approx(206089.0183116162, rel=1e-9)
+    assert (r["finished"], r["steps"], r["preemptions"], r["memory"]["kv_tokens_per_group"]) == (60, 63, 10, 450)
+    assert r["ttft_ms"]["p50"] == pytest.approx(0.3454098720212941, rel=1e-9)
+    assert r["tpot_ms"]["p50"] == pytest.approx(0.18320084814193222, rel=1e-9)
+    assert r["output_tokens_per_s"] == pytest.approx(212455.71370548976, rel=1e-9)
 
 
 @pytest.mark.parametrize("model, tp, n, ctx", [("deepseek-r1", 64, 5, 1000), ("deepseek-r1", 1, 65, 4377),
@@ -101,10 +102,13 @@ def test_decode_attention_without_a_capture(model, tp, n, ctx):
 
 
 def test_least_outstanding_tokens_spreads_load_more_evenly_than_round_robin():
-    """Per-group imbalance (busiest over mean) of the tokens served and the KV held, under both balancers."""
+    """Per-group imbalance (busiest over mean) of the KV held, under both balancers: least outstanding tokens holds
+    it more even. The tokens served are only reported: which balancer serves them more evenly turns with the step
+    times (after issue 32's compute model, least_tokens is the more even on 2 of seeds 1-8, round robin on 6; the KV
+    held stays more even under least_tokens on 6 of 8, this seed included)."""
     run = dict(model="toy-mla", plan="attn=dp,ep=8", requests=200, seed=3,
                workload="poisson:rate=2000,in=lognormal:200,1.0,out=uniform:1-40")
     lot, rr = serve(**run, balance="least_tokens")["imbalance"], serve(**run, balance="round_robin")["imbalance"]
-    assert 1.0 <= lot["tokens_max_over_mean"] < rr["tokens_max_over_mean"]
+    assert lot["tokens_max_over_mean"] >= 1.0 and rr["tokens_max_over_mean"] >= 1.0
     assert 1.0 <= lot["kv_max_over_mean"] < rr["kv_max_over_mean"]
     assert serve(**dict(run, plan="tp=8", requests=20))["imbalance"] == {}      # one group: nothing to balance

@@ -63,6 +63,7 @@ class KernelParams:
     gemv_tile_n: int = 8
     gemm_tile_m: int = 128
     gemm_tile_n: int = 128
+    gemm_tile_n_min: int = 16         # narrowest GEMM N tile (and the step between the tiles a library offers)
     mma_pad_m: int = 8
     splitk_min_k: int = 1024
     splitk_max: int = 16
@@ -118,7 +119,10 @@ def _stream(kp: KernelParams, hbm_gbps, ctas: int, b: float, total: float, sm_gb
     return np.maximum(t_lat, t_bw), t_lat, t_bw
 
 
-def _compute(chip, kp: KernelParams, ctas: int, flops_per_cta: float, dtype: str) -> float:
+def _compute(chip, kp: KernelParams, ctas: int, flops_per_cta: float, dtype: str, epilogue_bytes: float = 0.0) \
+        -> float:
+    """Wave-quantised MMA time; a GEMM tile's output store (`epilogue_bytes`, at the unit's share of the HBM
+    ceiling) follows its main loop rather than overlapping it."""
     if ctas <= 0 or flops_per_cta <= 0:
         return 0.0
     peak = chip.peak_tflops.get(dtype)
@@ -126,7 +130,8 @@ def _compute(chip, kp: KernelParams, ctas: int, flops_per_cta: float, dtype: str
         raise ConfigError(f"chip {chip.name} has no peak for dtype {dtype!r} "
                           f"(known: {', '.join(sorted(chip.peak_tflops))})")
     per_unit = peak * 1e3 / kp.sms * chip.eta_c_max          # FLOP/ns of one unit at the sustained rate
-    return math.ceil(ctas / kp.sms) * flops_per_cta / per_unit
+    store = epilogue_bytes / (kp.bw_eta * chip.hbm_gbps / kp.sms) if epilogue_bytes else 0.0
+    return math.ceil(ctas / kp.sms) * (flops_per_cta / per_unit + store)
 
 
 def _pad(x: int, m: int) -> int:
@@ -158,8 +163,8 @@ def matrix_parts(chip, kp: KernelParams, G: int, M: int, K: int, N: int, wbytes:
                  fused_reduce: bool | None = None) -> dict:
     """Tiles, split-K, waves and per-CTA work of G (M x K) @ (K x N) products; no times (see `_finish`)."""
     gemv = M <= kp.gemv_max_tokens
-    tile_n = kp.gemv_tile_n if gemv else kp.gemm_tile_n
     tile_m = min(kp.gemm_tile_m, _pad(M, kp.mma_pad_m))
+    tile_n = kp.gemv_tile_n if gemv else _gemm_tile_n(kp, G * math.ceil(M / tile_m), N)
     tiles = G * math.ceil(M / tile_m) * math.ceil(N / tile_n)
     split = 1
     if tiles < kp.sms:
@@ -181,7 +186,18 @@ def matrix_parts(chip, kp: KernelParams, G: int, M: int, K: int, N: int, wbytes:
                                                               float(G * M * N * split))))
     return dict(kind="matrix", path="gemv" if gemv else "gemm", tile=(tile_m, tile_n), tiles=tiles, split=split,
                 ctas=ctas, b=b, total=total, flops_cta=flops_cta, dtype=dtype, latency=True, extra=extra,
-                flops=2.0 * G * M * K * N, bytes=total, beta=kp.sm_gbps if gemv else kp.gemm_sm_gbps)
+                flops=2.0 * G * M * K * N, bytes=total, beta=kp.sm_gbps if gemv else kp.gemm_sm_gbps,
+                epilogue_bytes=0.0 if gemv else tile_m * min(tile_n, N) * (4 if split > 1 else ACT))
+
+
+def _gemm_tile_n(kp: KernelParams, row_tiles: int, N: int) -> int:
+    """The N tile a GEMM library picks for `row_tiles` rows of M tiles: from gemm_tile_n_min to gemm_tile_n in steps
+    of gemm_tile_n_min, the fewest waves over the units, then the fullest last wave, then the widest tile."""
+    def key(tn):
+        tiles = row_tiles * math.ceil(N / tn)
+        waves = math.ceil(tiles / kp.sms)
+        return waves, -(tiles - (waves - 1) * kp.sms), -tn
+    return min(range(kp.gemm_tile_n_min, kp.gemm_tile_n + 1, kp.gemm_tile_n_min), key=key)
 
 
 def attention_parts(chip, kp: KernelParams, seqs: int, groups: int, heads_per_group: int, ctx: int,
@@ -294,7 +310,7 @@ def _finish(chip, kp: KernelParams, parts: dict, launch: str | None) -> dict:
     if "t_comp_ns" in parts:       # scheduled per CTA by its shape (prefill attention)
         t_comp = parts["t_comp_ns"]
     elif parts["kind"] in ("matrix", "attention"):
-        t_comp = _compute(chip, kp, parts["ctas"], parts["flops_cta"], parts["dtype"])
+        t_comp = _compute(chip, kp, parts["ctas"], parts["flops_cta"], parts["dtype"], parts.get("epilogue_bytes", 0.0))
     else:  # vector work on the CUDA cores: flops at the fp32 peak over the CTAs' units
         n_units = min(parts["ctas"], kp.sms)
         t_comp = parts["flops"] / (chip.peak_tflops.get("fp32", 1.0) * 1e3 * n_units / kp.sms) \

@@ -166,8 +166,8 @@ def _default_cost_model(d: dict, where: str) -> str:
     return model
 
 
-_KERNEL_INTS = ("sms", "gemv_max_tokens", "gemv_tile_n", "gemm_tile_m", "gemm_tile_n", "mma_pad_m", "splitk_min_k",
-                "splitk_max", "attn_tile_m", "attn_block_n", "elem_per_cta")
+_KERNEL_INTS = ("sms", "gemv_max_tokens", "gemv_tile_n", "gemm_tile_m", "gemm_tile_n", "gemm_tile_n_min", "mma_pad_m",
+                "splitk_min_k", "splitk_max", "attn_tile_m", "attn_block_n", "elem_per_cta")
 
 
 def _choice(d: dict, key: str, where: str, choices: tuple, default: str) -> str:

@@ -1,0 +1,150 @@
+"""The shape-aware kernel model against published per-kernel timings, per regime (docs/compute-model.md §Checks).
+
+    python tools/kernel_checks.py [--out docs/data/kernel_checks.json]
+
+Every published figure below is a check, not a fit: no constant of fabric/capture/kernels.py or of the chip profiles
+was set from them. Each row: the source, the chip profile it runs on, the shape, the published time (us; TFLOPS
+figures converted with the source's own flop count), the model's time in the CUDA-graph launch mode (the per-kernel
+cost of fabric.capture.kernels, launch included) and the error model / published - 1. Per regime: the geometric mean
+of model / published folded above 1 (exp of the mean |log ratio|, minus 1), the same without folding (bias: the
+signed geometric mean), and the largest |model / published - 1|.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import click
+
+# FlashAttention-3 paper (Shah et al., arXiv 2407.08608), Figure 5: forward FP16/BF16 on H100 80GB SXM5, batch x
+# seqlen = 16k tokens, hidden 2048 (heads = 2048 / head dim); TFLOPS per sequence length 512..16k. The chart values
+# as transcribed at subtext.edge.nugit.net (one page per chart, addresses below); causal charts are the ones whose
+# standard-attention baseline is lower (masking costs it an extra pass), FA3's 16k figure lower than non-causal.
+FA3_URL = "https://arxiv.org/abs/2407.08608 (Figure 5; chart values via subtext.edge.nugit.net/image/{})"
+FA3 = [  # (head dim, causal, chart id, TFLOPS at 512, 1k, 2k, 4k, 8k, 16k)
+    (64, False, "55f47a106c25f22983b2741a7e8bcdbaec8521b6a583d130c6f92b94e0f65924", (333, 392, 460, 476, 496, 497)),
+    (128, False, "e27582d2db385c9bac87ebc92343d2452b7c01d5d934e596c90172b346d00d42", (497, 565, 625, 638, 646, 648)),
+    (128, True, "4ec6690918d4df7a49f27715412cc425602eb075dfe3f7821cddc4a74f058ca1", (292, 423, 521, 579, 602, 616)),
+    (256, False, "72bb66933a753e02d65e914b775816bc5688dfe6ec9ab8eb2667b96fb0e574d4", (482, 639, 707, 736, 746, 756)),
+    (256, True, "662fef77d03ef90933e0bf349be79e2e8ba39c73aa1f09020aee8016df309aba", (286, 427, 537, 612, 628, 642)),
+]
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+
+# vllm-omni PR 1923 (github.com/vllm-project/vllm-omni/pull/1923): NVIDIA H200, fa3-fwd, bf16, diffusion attention
+# (non-causal), batch 1, 24 heads of 128: latency in us.
+OMNI_URL = "https://github.com/vllm-project/vllm-omni/pull/1923"
+OMNI = [(4096, 291.04), (16384, 4899.42), (8308, 1193.38), (4608, 379.84)]
+
+# DeepGEMM README at commit 55ab91f (2025-03-25, github.com/deepseek-ai/DeepGEMM): FP8 (1x128 / 128x128 block
+# scales) on H800 SXM5 (132 SMs, 3.35 TB/s HBM3, the H100 SXM's compute and memory), NVCC 12.8; TFLOPS per shape.
+DG_URL = "https://github.com/deepseek-ai/DeepGEMM/blob/55ab91f/README.md"
+DG_DENSE = [  # (M, N, K, TFLOPS)
+    (64, 2112, 7168, 206), (64, 24576, 1536, 289), (64, 32768, 512, 219), (64, 7168, 16384, 336),
+    (64, 4096, 7168, 287), (64, 7168, 2048, 295), (128, 2112, 7168, 352), (128, 24576, 1536, 535),
+    (128, 32768, 512, 358), (128, 7168, 16384, 645), (128, 4096, 7168, 533), (128, 7168, 2048, 510),
+    (4096, 2112, 7168, 1009), (4096, 24576, 1536, 1125), (4096, 32768, 512, 751), (4096, 7168, 16384, 1426),
+    (4096, 4096, 7168, 1265), (4096, 7168, 2048, 1168)]
+DG_GROUPED = [  # (layout, groups, M per group, N, K, TFLOPS)
+    ("contiguous", 4, 8192, 4096, 7168, 1346), ("contiguous", 4, 8192, 7168, 2048, 1214),
+    ("contiguous", 8, 4096, 4096, 7168, 1346), ("contiguous", 8, 4096, 7168, 2048, 1214),
+    ("masked", 1, 1024, 4096, 7168, 1233), ("masked", 1, 1024, 7168, 2048, 925),
+    ("masked", 2, 512, 4096, 7168, 1040), ("masked", 2, 512, 7168, 2048, 916),
+    ("masked", 4, 256, 4096, 7168, 932), ("masked", 4, 256, 7168, 2048, 815)]
+
+# vLLM PR 49363 (github.com/vllm-project/vllm/pull/49363): "H100 benchmarks", torch BF16 GEMM (cuBLAS) of
+# gemma-4-31B-it's N=12288, K=5376, TFLOP/s per batch size.
+VLLM_GEMM_URL = "https://github.com/vllm-project/vllm/pull/49363"
+VLLM_GEMM = [(1, 2.870333), (16, 46.541434), (64, 182.588263), (128, 352.560566)]
+# vLLM PR 23280 (github.com/vllm-project/vllm/pull/23280): NVIDIA_H100_80GB_HBM3, torch BF16 GEMM (cuBLAS) of
+# DeepSeek-V3's N=2112, K=7168 (q_a + kv_a), TFLOP/s per batch size 1..8192.
+VLLM_GEMM2_URL = "https://github.com/vllm-project/vllm/pull/23280"
+VLLM_GEMM2 = [(1, 3.059417), (16, 49.595406), (64, 163.467729), (128, 275.740510), (256, 401.863069),
+              (512, 566.262626), (1024, 619.771938), (2048, 648.192575), (4096, 715.781529), (8192, 666.385367)]
+
+# SGLang PR 32994 (github.com/sgl-project/sglang/pull/32994): "Kernel Benchmark H100", FlashInfer's fused RMSNorm +
+# static FP8 quant (rmsnorm_quant, fused, default), hidden 4096, no residual; latency in ms per token count.
+RMSQ_URL = "https://github.com/sgl-project/sglang/pull/32994"
+RMSQ = [(512, 0.003779), (1024, 0.008006), (2048, 0.013434), (4096, 0.027411), (8192, 0.049283),
+        (16384, 0.094088)]
+
+
+def _row(regime, source, chip, shape, published_us, model):
+    return dict(regime=regime, source=source, chip=chip, shape=shape, published_us=round(published_us, 3),
+                model_us=round(model["time_us"], 3), model_regime=model["regime"],
+                error=round(model["time_us"] / published_us - 1, 4))
+
+
+def rows() -> list[dict]:
+    """Every check row (deterministic; ~1 s)."""
+    from fabric.capture import load_chip
+    from fabric.capture.kernels import ACT, _finish, _rows_parts, params_of, predict, prefill_attention_parts
+    h100, h200 = load_chip("h100"), load_chip("h200")
+    out = []
+    for d, causal, chart, tflops in FA3:
+        heads = 2048 // d
+        for L, tf in zip(SEQLENS, tflops):
+            seqs = 16384 // L
+            flops = 4.0 * seqs * heads * L * L * d / (2 if causal else 1)   # the paper's count (causal: half)
+            parts = prefill_attention_parts(h100, params_of(h100), 16384, seqs, heads, (L + 1) / 2 if causal else L,
+                                            2 * d * ACT, 16384 * heads * 2 * d * ACT, d, d, causal=causal)
+            out.append(_row("prefill-attention", FA3_URL.format(chart), "h100",
+                            f"FA3 fwd {'causal' if causal else 'non-causal'}, d {d}, {heads} heads, "
+                            f"{seqs} x {L} tokens", flops / tf / 1e6, _finish(h100, params_of(h100), parts, "graph")))
+    for L, us in OMNI:
+        parts = prefill_attention_parts(h200, params_of(h200), L, 1, 24, L, 2 * 128 * ACT, L * 24 * 2 * 128 * ACT,
+                                        128, 128, causal=False)
+        out.append(_row("prefill-attention", OMNI_URL, "h200", f"FA3 fwd non-causal, d 128, 24 heads, 1 x {L} tokens",
+                        us, _finish(h200, params_of(h200), parts, "graph")))
+    def gemm(M):
+        return "decode-gemm" if M <= 128 else "prefill-gemm"
+    for M, N, K, tf in DG_DENSE:
+        out.append(_row(gemm(M), DG_URL, "h100", f"FP8 GEMM M {M}, N {N}, K {K}", 2.0 * M * N * K / tf / 1e6,
+                        predict(h100, "linear", shape=(K, N), tokens=M, dtype="fp8", launch="graph")))
+    for url, N, K, table in ((VLLM_GEMM_URL, 12288, 5376, VLLM_GEMM), (VLLM_GEMM2_URL, 2112, 7168, VLLM_GEMM2)):
+        for M, tf in table:
+            out.append(_row(gemm(M), url, "h100", f"BF16 GEMM M {M}, N {N}, K {K}", 2.0 * M * N * K / tf / 1e6,
+                            predict(h100, "linear", shape=(K, N), tokens=M, dtype="bf16", launch="graph")))
+    for layout, G, M, N, K, tf in DG_GROUPED:
+        out.append(_row("grouped-gemm", DG_URL, "h100", f"FP8 grouped ({layout}) {G} x M {M}, N {N}, K {K}",
+                        2.0 * G * M * N * K / tf / 1e6,
+                        predict(h100, "grouped", shape=(K, N), tokens=M, groups=G, dtype="fp8", launch="graph")))
+    kp = params_of(h100)
+    for T, ms in RMSQ:
+        nbytes = T * 4096 * (ACT + 1) + 4096 * ACT + T * 4     # bf16 in, fp8 out, weight, per-token scale
+        parts = _rows_parts(kp, T, nbytes, 5.0 * T * 4096)      # a benchmark's input: from HBM
+        out.append(_row("small-kernel", RMSQ_URL, "h100", f"RMSNorm + FP8 quant, {T} x 4096", ms * 1e3,
+                        _finish(h100, kp, parts, "graph")))
+    return out
+
+
+def summary(rs: list[dict]) -> dict:
+    """Per regime: rows, geometric-mean |error| (exp mean |log ratio| - 1), bias (exp mean log ratio - 1), largest
+    |error|."""
+    out = {}
+    for regime in dict.fromkeys(r["regime"] for r in rs):
+        logs = [math.log(1 + r["error"]) for r in rs if r["regime"] == regime]
+        out[regime] = dict(rows=len(logs), geomean_abs_error=round(math.exp(sum(map(abs, logs)) / len(logs)) - 1, 4),
+                           bias=round(math.exp(sum(logs) / len(logs)) - 1, 4),
+                           max_abs_error=round(max(abs(r["error"]) for r in rs if r["regime"] == regime), 4))
+    return out
+
+
+@click.command()
+@click.option("--out", default=None, help="write the rows and the summary as JSON (docs/data/kernel_checks.json)")
+def main(out):
+    rs = rows()
+    for r in rs:
+        click.echo(f"{r['regime']:18s} {r['chip']:5s} {r['shape']:52s} published {r['published_us']:10.2f} us  "
+                   f"model {r['model_us']:10.2f} us  {100 * r['error']:+6.1f} %  ({r['model_regime']})")
+    s = summary(rs)
+    for regime, v in s.items():
+        click.echo(f"{regime}: {v['rows']} rows, geomean |error| {100 * v['geomean_abs_error']:.1f} %, "
+                   f"bias {100 * v['bias']:+.1f} %, max |error| {100 * v['max_abs_error']:.1f} %")
+    if out:
+        with open(out, "w") as f:
+            json.dump(dict(summary=s, rows=rs), f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
