@@ -228,8 +228,10 @@ def _stamp_group(b, trace, cfg, oracle, semantics, frags, g, mem, mat, gpos, col
         key = (kname, nb, n, root)
         frag = frags.get(key)
         if frag is None:        # the policy and the template cache hash the whole config on every call
-            alg = collectives.select(kname, nb, n, cfg, oracle=oracle)
-            frag = frags[key] = collectives.template(kname, alg, nb, n, cfg, root=root, semantics=semantics)
+            # the whole choice: the nccl-like tuner's protocol may be the oracle's pick, not its estimate's
+            ch = collectives.choose(kname, nb, n, cfg, oracle=oracle)
+            frag = frags[key] = collectives.template(kname, ch.algorithm, nb, n, cfg, root=root, semantics=semantics,
+                                                     choice=ch if ch.protocol else None)
         batches.setdefault(id(frag), (frag, []))[1].append(k)
     for frag, ks in batches.values():
         rows = mat[ks]

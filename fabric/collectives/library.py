@@ -120,6 +120,12 @@ NCCL_LIKE = {
     "launch_sym_ns": Const(2610.0, "ns",
                            "NCCL 2.27 symmetric-kernel launch + prologue (collectives.nccl_like.symmetric)", _FIT,
                            "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt (8 B-8 KB)"),
+    "tuner_check_margin": Const(1.25, "ratio", "with a cost oracle, the candidates whose estimate is within this "
+                                "factor of the least are simulated and the fastest runs (tune)",
+                                "the estimate's worst optimism about the simulated winner, over the nccl-like presets "
+                                "x allreduce/allgather/reduce_scatter x 8 B-1 GB (powers of 4, analytic engine), is "
+                                "1.10 (2x8 presets, 512 KiB); 1.25 keeps twice that headroom while simulating 1.4 "
+                                "candidates per call on average (docs/collectives.md §Tuner)"),
     "p2p_ll_max_bytes": Const(16384, "B", "alltoall / broadcast use LL when the bytes per peer are at most this",
                               "NCCL P2P_LL_THRESHOLD (src/enqueue.cc)"),
 }
@@ -452,13 +458,10 @@ def nvls_candidates(view: FabricView, n: int, cc) -> list[str]:
     return out
 
 
-def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
-         algorithm: str | None = None) -> Choice:
-    """(algorithm, protocol, channels) for one call of the nccl-like library: the candidate of least estimated
-    time (NCCL's tuner), or the forced algorithm/protocol of collectives.policy / collectives.nccl_like.protocol
-    (or of `algorithm`)."""
-    cc = getattr(cfg, "collectives", cfg)
-    view = view if view is not None else fabric_view(cfg)
+def candidates(kind: str, nbytes: int, n: int, cc, view: FabricView, algorithm: str | None = None) -> list:
+    """The (algorithm, protocol) pairs the tuner ranks for one call: every algorithm the fabric allows (or the
+    forced one of `algorithm` / collectives.policy) with every protocol it runs (or collectives.nccl_like.protocol;
+    a forced algorithm the forced protocol excludes keeps its own protocol)."""
     if algorithm is not None:
         algs = [algorithm]
     elif kind in ("allreduce", "allgather", "reduce_scatter"):
@@ -479,21 +482,47 @@ def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
         protos = list(PROTOCOLS)
     if cc.nccl_like.protocol != "auto":
         protos = [cc.nccl_like.protocol]
-    best = None
-    for a in algs:
-        for p in protos:
-            if a in _ALG_PROTOCOL and p != _ALG_PROTOCOL[a]:
-                continue
-            t = estimate_ns(kind, a, p, nbytes, n, view)
-            if best is None or t < best[0]:
-                best = (t, a, p)
-    if best is None:      # a forced algorithm whose protocol the forced protocol excludes: its own protocol
-        a = algs[0]
-        p = _ALG_PROTOCOL.get(a, protos[0])
-        best = (estimate_ns(kind, a, p, nbytes, n, view), a, p)
-    _, a, p = best
-    ch = nccl_channels(nbytes, p, n, "ring" if a in ("ring", "hierarchical") else a, cc=cc)
-    return Choice(a, p, ch)
+    pairs = [(a, p) for a in algs for p in protos if a not in _ALG_PROTOCOL or p == _ALG_PROTOCOL[a]]
+    return pairs or [(algs[0], _ALG_PROTOCOL.get(algs[0], protos[0]))]
+
+
+def channels_for(nbytes: int, protocol: str, n: int, algorithm: str, cc) -> int:
+    """Channels of a call (NCCL's rule; ring and hierarchical drop them as a ring does)."""
+    return nccl_channels(nbytes, protocol, n, "ring" if algorithm in ("ring", "hierarchical") else algorithm, cc=cc)
+
+
+def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
+         algorithm: str | None = None, *, oracle=None) -> Choice:
+    """(algorithm, protocol, channels) for one call of the nccl-like library: the candidate of least estimated
+    time (NCCL's tuner), or the forced algorithm/protocol of collectives.policy / collectives.nccl_like.protocol
+    (or of `algorithm`).
+
+    With a cost oracle (fabric.collectives.policy: `oracle(cfg, fragments) -> [us, ...]`, the analytic engine
+    where the pipeline runs one) the estimate only shortlists: every candidate within tuner_check_margin of the
+    least estimate is simulated and the fastest runs, so the tuner never picks what its engine runs slower
+    (memoised per call shape)."""
+    cc = getattr(cfg, "collectives", cfg)
+    view = view if view is not None else fabric_view(cfg)
+    pairs = candidates(kind, nbytes, n, cc, view, algorithm)
+    est = [estimate_ns(kind, a, p, nbytes, n, view) for a, p in pairs]
+    least = min(est)
+    a, p = pairs[est.index(least)]
+    if oracle is not None and n > 1 and math.isfinite(least):
+        near = sorted((e, i) for i, e in enumerate(est) if e <= least * value("tuner_check_margin"))
+        if len(near) > 1:     # in estimate order: a tie in simulated time keeps the estimate's pick
+            a, p = _fastest_simulated(kind, int(nbytes), int(n), view.cfg, tuple(pairs[i] for _, i in near), oracle)
+    return Choice(a, p, channels_for(nbytes, p, n, a, cc))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fastest_simulated(kind: str, nbytes: int, n: int, cfg, pairs: tuple, oracle) -> tuple:
+    """The pair of `pairs` whose fragment the oracle times least (the first of equal times)."""
+    from fabric.collectives import template       # cached: lowering then finds the winner's fragment built
+    cc = cfg.collectives
+    frags = [template(kind, a, nbytes, n, cfg, choice=Choice(a, p, channels_for(nbytes, p, n, a, cc)))
+             for a, p in pairs]
+    t = oracle(cfg, frags)
+    return pairs[min(range(len(pairs)), key=t.__getitem__)]
 
 
 def fabric_view(cfg) -> FabricView:

@@ -1,5 +1,6 @@
 """Algorithm selection: the SD200 library's size tiers, or one fixed algorithm (an unoptimised library); with
-collectives.library = nccl-like, the tuner of fabric/collectives/library.py (`choose` returns its whole Choice).
+collectives.library = nccl-like, the tuner of fabric/collectives/library.py (`choose` returns its whole Choice;
+given an oracle, the tuner simulates its shortlist on it and runs the fastest).
 
 sd200 (docs/sources.md §SD200 library, docs/collectives.md §Selection policy): AllReduce tiers one-shot ->
 two-shot -> ring, each on its store, load (cache-less) or cached path. The tier ceilings depend on the group size
@@ -74,7 +75,7 @@ def _select(kind: str, nbytes: int, n_ranks: int, cfg: FabricConfig, oracle) -> 
     cc = cfg.collectives
     if cc.library == "nccl-like":
         from fabric.collectives.library import tune
-        return tune(kind, nbytes, n_ranks, cfg).algorithm
+        return tune(kind, nbytes, n_ranks, cfg, oracle=oracle).algorithm
     pol = cc.policy
     tiered = pol in ("sd200", "auto")
     if tiered and kind in CANDIDATES and not (cc.sd200.oneshot_max_bytes or cc.sd200.twoshot_max_bytes):
@@ -100,13 +101,13 @@ def choose(kind: str, nbytes: int, n_ranks: int, cfg=None, algorithm: str | None
     """What the configured library runs for one call: a library.Choice (algorithm, protocol, channels). The sd200
     library has one protocol (protocol "", channels 0 = its own striping rule); nccl-like asks its tuner, which
     needs the whole FabricConfig. `algorithm` fixes the algorithm (the tuner still picks protocol and channels);
-    oracle: as select's."""
+    oracle: as select's (the nccl-like tuner checks its shortlist on it: library.tune)."""
     from fabric.collectives.library import Choice, tune
     if kind not in ALGORITHMS:
         raise ConfigError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
     cfg = fabric_config(cfg)
     if cfg.collectives.library == "nccl-like":
-        return tune(kind, nbytes, n_ranks, cfg, algorithm=algorithm)
+        return tune(kind, nbytes, n_ranks, cfg, algorithm=algorithm, oracle=oracle)
     return Choice(algorithm or _select(kind, nbytes, n_ranks, cfg, oracle))
 
 
