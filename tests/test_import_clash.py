@@ -58,6 +58,17 @@ def test_a_command_says_what_replaced_the_package_in_one_line(tmp_path, state, w
     assert "pip install --force-reinstall --no-deps -e ." in lines[0] and "pip uninstall fabric" in lines[0]
 
 
+def test_the_message_names_the_installed_ssh_tool(tmp_path):
+    """With the SSH tool's metadata next to the package (pip installed it there), the line names it and its
+    version."""
+    root = _installed(tmp_path, OVERWRITTEN)
+    info = root / "fabric-3.2.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fabric\nVersion: 3.2.2\n")
+    r = _run(root, "from fabric.cli.trace import main; main(['--help'])")
+    assert r.returncode == 2 and "are the SSH tool Fabric's (3.2.2, PyPI `fabric`)" in r.stderr, r.stderr
+
+
 def test_the_library_import_names_the_clash(tmp_path):
     """Only config.py replaced (the package's own __init__ kept): importing a module that loads the kernel raises
     ImportError with the same line, before the ImportError fabric.config would give."""
