@@ -98,3 +98,32 @@ def test_bad_inputs_are_one_line_errors(results):
     assert r.exit_code == 2 and "not a `fabric-replay --json` result" in r.output
     r = CliRunner().invoke(plot_cli, ["tpot", str(results / "r1.json"), "-o", str(results / "x.pdf")])
     assert r.exit_code == 2 and ".png or .svg" in r.output
+
+
+@pytest.mark.parametrize("content, why", [
+    ({"meta": {"op": "allreduce"}}, "(no rows)"),
+    ({"rows": [{"bytes": 8}]}, "(row 0 has no number in time_us, busbw_gbps)"),
+    ({"rows": [{"bytes": 8, "time_us": 1.0, "busbw_gbps": 2.0}, {"bytes": 16, "busbw_gbps": 2.0}]},
+     "(row 1 has no number in time_us)"),
+    ([1, 2], "(row 0 has no number in bytes, time_us, busbw_gbps)"),
+    ("text", "(a JSON str)"),
+])
+def test_collective_without_rows_or_time_is_one_line_naming_the_input(tmp_path, content, why):
+    """Issue 33 item 4: a JSON without rows, or rows without time_us (KeyError tracebacks before), is one line
+    naming the file and the input expected, exit 2."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(content))
+    r = CliRunner().invoke(plot_cli, ["collective", str(bad), "-o", str(tmp_path / "x.png")])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and r.exception is not None
+    assert r.output.startswith(f"error: {bad}: not a `fabric-probe collective --json` result {why}; expected "
+                               '{"rows": [{"bytes": N, "time_us": N, "busbw_gbps": N, ...}, ...]}'), r.output
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_links_of_an_analytic_result_is_refused(results):
+    """Issue 33 item 4: the analytic engine occupies no link, so its links plot would be all zeros: refused in one
+    line that names the engine to use; a packet-engine result of the same trace draws."""
+    r = CliRunner().invoke(plot_cli, ["links", str(results / "r2.json"), "-o", str(results / "an.png")])
+    assert r.exit_code == 2 and r.output.count("\n") == 1
+    assert "analytic-engine result has no link utilisation" in r.output and "--engine packet" in r.output
+    ok(CliRunner().invoke(plot_cli, ["links", str(results / "r1.json"), "-o", str(results / "pk.png")]))

@@ -60,6 +60,9 @@ def main(kind, results, output, measured, labels, x, y, hue, title):
         P.serve_latency(list(zip(names, data)), output, title=title)
     else:
         data = [P.load_json(p) for p in results]
+        if kind == "collective":        # each file named in its own one-line error, before any drawing
+            for p, d in zip(results, data):
+                P.collective_rows(d, p)
         named = [(labels[i] if labels else P.label_of(d, p), d) for i, (p, d) in enumerate(zip(results, data))]
         if kind == "collective":
             P.collective(named, output, measured=measured, title=title)

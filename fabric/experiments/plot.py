@@ -91,6 +91,33 @@ def _fmt_size(b: float) -> str:
 
 # ---------------------------------------------------------------- collective
 
+COLLECTIVE_FIELDS = ("bytes", "time_us", "busbw_gbps")
+
+
+def collective_rows(data, where) -> list[dict]:
+    """The rows of a `fabric-probe collective --json` result (a {"rows": [...]} object, or the list itself), each
+    with a number in every COLLECTIVE_FIELDS; anything else is one line naming the expected input."""
+    rows = data.get("rows") if isinstance(data, dict) else data
+    bad = None
+    if not isinstance(rows, list) or not rows:
+        bad = "no rows" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+    else:
+        for i, r in enumerate(rows):
+            miss = [k for k in COLLECTIVE_FIELDS if not isinstance(r, dict) or not _is_number(r.get(k))]
+            if miss:
+                bad = f"row {i} has no number in {', '.join(miss)}"
+                break
+    if bad:
+        fields = ", ".join(f'"{k}": N' for k in COLLECTIVE_FIELDS)
+        raise ConfigError(f"{where}: not a `fabric-probe collective --json` result ({bad}); expected "
+                          f'{{"rows": [{{{fields}, ...}}, ...]}}')
+    return rows
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def collective(results: list[tuple[str, dict | list]], out: str, measured: str | None = None,
                title: str | None = None) -> str:
     """results: (label, JSON of `fabric-probe collective --json`) pairs."""
@@ -98,9 +125,7 @@ def collective(results: list[tuple[str, dict | list]], out: str, measured: str |
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
     op = None
     for label, data in results:
-        rows = data["rows"] if isinstance(data, dict) else data
-        if not rows or "bytes" not in rows[0]:
-            raise ConfigError(f"{label}: not a `fabric-probe collective --json` result (no rows with bytes)")
+        rows = collective_rows(data, label)
         if isinstance(data, dict):
             op = op or (data.get("meta") or {}).get("op")
         x = [r["bytes"] for r in rows]
@@ -186,8 +211,11 @@ def layout(topo) -> dict[int, tuple[float, float]]:
 
 def links(result: dict, out: str, title: str | None = None) -> str:
     """Per-link utilisation of a replay (`fabric-replay --json`, which carries channel_utilisation and meta)."""
-    if "channel_utilisation" not in result or "meta" not in result:
+    if not isinstance(result, dict) or "channel_utilisation" not in result or "meta" not in result:
         raise ConfigError("links: the result needs channel_utilisation and meta (write it with fabric-replay --json)")
+    if result.get("engine") == "analytic":      # it times transfers alpha-beta: no link is ever occupied
+        raise ConfigError("links: an analytic-engine result has no link utilisation (that engine times each "
+                          "transfer alpha-beta, without links); replay with --engine packet for this plot")
     import numpy as np
     from matplotlib import cm, colors
     from matplotlib.collections import LineCollection
