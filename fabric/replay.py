@@ -24,7 +24,7 @@ from fabric.errors import ConfigError, TraceError
 from fabric.lower import lower
 from fabric.network import shared
 from fabric.report import collective_bytes, collective_summary, compute_totals, fault_summary, last_end_ps, \
-    link_summary, step_summary, task_layers, translation_summary
+    link_summary, step_summary, task_layers, transfer_summary, translation_summary
 from fabric.taskgraph import COMPUTE, TaskGraph
 from fabric.topology import Topology
 
@@ -193,7 +193,7 @@ def replay(trace: str | os.PathLike | tracemod.Trace | None, cfg: FabricConfig, 
         reduce_us_total=float(reduce_ps / 1e6),
         critical_path_tasks=step["critical_path_tasks"], layers=step["layers"],
         collectives=collective_summary(graph, start, end),
-        links=link_summary(topo, res, step_ps),
+        links=link_summary(topo, res, step_ps), transfers=transfer_summary(graph, start, end),
         channel_utilisation=[round(float(u), 6) for u in res.counters["busy_ps"] / max(step_ps, 1)],  # per channel
         packets_delivered=int(t["delivered"]),
         packets_dropped=int(t["carved"] - t["delivered"] - res.faults.get("packets_reclaimed", 0)),

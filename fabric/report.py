@@ -180,6 +180,16 @@ def collective_bytes(graph: TaskGraph) -> dict:
     return {k: int(nb[of == i].sum()) for i, k in enumerate(kinds)}    # int64 sums: exact, unlike bincount's
 
 
+def transfer_summary(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> dict:
+    """The step's transfers as either engine timed them: count, bytes (their nbytes, as collective_bytes counts),
+    and the time from each one's start to its end (mean, max, and summed over transfers). What the analytic engine
+    measures of the fabric (it times each transfer alpha-beta, without packets or link occupancy)."""
+    t = np.flatnonzero(graph.kind == TRANSFER)
+    took = (end[t] - start[t]) / 1e6
+    return dict(count=int(len(t)), bytes=int(graph.nbytes[t].sum()), mean_us=float(took.mean()) if len(t) else 0.0,
+                max_us=float(took.max()) if len(t) else 0.0, total_us=float(took.sum()))
+
+
 def link_summary(topo, res, step_ps: int) -> dict:
     """How the channels behaved over a step: utilisation, retransmission and recovery counts, credit stalls."""
     c = res.counters

@@ -41,18 +41,15 @@ def render(r: dict) -> str:
     for c in r["collectives"]:
         lines.append(f"                       {c['kind']:14s} {c['bytes']:7d} {c['ranks']:6d} {c['count']:6d}  "
                      f"{c['algorithm']:14s} {c['mean_us']:8.2f} {c['p50_us']:8.2f} {c['p99_us']:8.2f}")
-    k, x = r["links"], r["translation"]
-    lines += [
-        f"  links                max util {100 * k['max_utilisation']:.2f} % ({k['max_utilisation_channel']}), "
-        f"mean {100 * k['mean_utilisation']:.3f} % over {k['channels']} channels",
-        f"                       {k['retransmissions']} retransmissions, {k['replays']} replays, "
-        f"{k['retrains']} retrains, {k['credit_stall_us']:.2f} us credit stall (all channels)",
+    x = r["translation"]
+    lines += links_lines(r) + [
         f"  translation          {x['translations']} at ingress ports, {x['cache_misses']} cache misses "
         f"({100 * x['miss_rate']:.1f} %), {x['unsupported_requests']} unsupported requests",
         f"                       {x['shadow_forwards']} shadow forwards, {x['cross_domain_bytes']} B across host "
         f"domains",
-        f"  packets              {r['packets_delivered']} delivered, {r['packets_dropped']} dropped, "
-        f"{r['packets_duplicated']} duplicated",
+        *([] if r["engine"] == "analytic" else [
+            f"  packets              {r['packets_delivered']} delivered, {r['packets_dropped']} dropped, "
+            f"{r['packets_duplicated']} duplicated"]),
         f"  events               {r['events']} in {r['wall_s']:.2f} s wall (+{r['lower_s']:.2f} s lowering)",
     ]
     if r.get("faults"):
@@ -60,6 +57,21 @@ def render(r: dict) -> str:
     if r.get("migration"):
         lines += render_migration(r["migration"])
     return "\n".join(lines)
+
+
+def links_lines(r: dict) -> list[str]:
+    """The fabric's lines: links (utilisation, retries, credit stalls) from the packet engine; from the analytic
+    one, which times each transfer alpha-beta and has no packets or link state, its transfers instead."""
+    if r["engine"] == "analytic":
+        x = r["transfers"]
+        return [f"  transfers            {x['count']} timed alpha-beta: {x['bytes']:,} B, mean {x['mean_us']:.2f} us, "
+                f"max {x['max_us']:.2f} us each",
+                "                       no packets or link state on this engine (--engine packet measures links)"]
+    k = r["links"]
+    return [f"  links                max util {100 * k['max_utilisation']:.2f} % ({k['max_utilisation_channel']}), "
+            f"mean {100 * k['mean_utilisation']:.3f} % over {k['channels']} channels",
+            f"                       {k['retransmissions']} retransmissions, {k['replays']} replays, "
+            f"{k['retrains']} retrains, {k['credit_stall_us']:.2f} us credit stall (all channels)"]
 
 
 def render_faults(f: dict) -> list[str]:
