@@ -2,6 +2,8 @@
 suffixes, results that carry their configuration, and the packaging (one version, a distribution name)."""
 import importlib
 import json
+import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -41,7 +43,10 @@ def test_packaging_one_version_and_a_free_distribution_name():
     assert "version" in PYPROJECT["project"]["dynamic"] and "version" not in PYPROJECT["project"]
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "fabric.__version__"}
     assert "Apache License" in (ROOT / "LICENSE").read_text()
-    assert PYPROJECT["project"]["license"]["text"] == "Apache-2.0"
+    # the SPDX form (PEP 639; setuptools >= 77 reads it): the TOML-table form is deprecated
+    assert PYPROJECT["project"]["license"] == "Apache-2.0" and PYPROJECT["project"]["license-files"] == ["LICENSE"]
+    assert any(r.replace(" ", "").startswith("setuptools>=7") and int(r.split(">=")[1].split(".")[0]) >= 77
+               for r in PYPROJECT["build-system"]["requires"])
     assert fabric.__version__ in (ROOT / "CHANGELOG.md").read_text()
     for extra in ("plot", "sweep"):
         assert set(PYPROJECT["project"]["optional-dependencies"][extra]) <= \
@@ -108,3 +113,43 @@ def test_replay_json_splits_the_critical_path_per_layer(tmp_path):
     assert sum(x["compute_us"] for x in layers) == pytest.approx(d["compute_us"])
     assert sum(x["exposed_comm_us"] for x in layers) == pytest.approx(d["exposed_comm_us"])
     assert len(d["channel_utilisation"]) == d["links"]["channels"]
+
+
+def test_the_released_version_heads_the_changelog():
+    """A tag-ready release: the version leaves 0.1.0 and the CHANGELOG's first versioned section (an Unreleased one
+    may sit above it) is that version, dated."""
+    assert fabric.__version__ != "0.1.0"
+    first = next(line for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
+                 if re.match(r"## \d+\.\d+", line))
+    assert re.fullmatch(rf"## {re.escape(fabric.__version__)} - \d{{4}}-\d{{2}}-\d{{2}}", first), first
+
+
+def test_manylinux_wheels_are_configured():
+    cibw = PYPROJECT["tool"]["cibuildwheel"]
+    assert all("manylinux" in b for b in cibw["build"].split()) and "cp311" in cibw["build"]
+    assert cibw["linux"]["manylinux-x86_64-image"].startswith("manylinux_")
+    assert "fabric-replay" in " ".join(cibw["test-command"])
+
+
+def test_results_carry_the_source_commit(tmp_path, monkeypatch):
+    """In a checkout the meta names the commit (and whether the tree differed from it); outside one, the version
+    alone."""
+    from fabric import _source
+    from fabric.cli.common import version_meta
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode:
+        pytest.skip("not a git checkout")
+    _source.commit.cache_clear()
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(replay_cli, [TOY, "--engine", "analytic", "--quiet", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    meta = json.loads(out.read_text())["meta"]
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", meta["commit"]) and meta["commit"][:40] == head.stdout.strip()
+    assert version_meta()["commit"] == meta["commit"]
+    monkeypatch.setattr(_source, "__file__", str(tmp_path / "site-packages" / "fabric" / "_source.py"))
+    _source.commit.cache_clear()
+    try:
+        assert _source.commit() is None and "commit" not in version_meta()
+        assert version_meta()["version"] == fabric.__version__
+    finally:
+        _source.commit.cache_clear()

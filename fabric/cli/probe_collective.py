@@ -33,6 +33,9 @@ TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64
               help="nccl-tests output file, or the name of a table fabric ships (e.g. a100-8x; a wrong name lists "
                    "them): print predicted/measured per size and the geomean error; without sizes, sweep the sizes "
                    "the file has")
+@click.option("--table", "table_no", type=int, default=None, metavar="N",
+              help="which run of a --compare file holding several (1-based; such a file without --table lists "
+                   "them)")
 @click.option("--type", "dtype", type=click.Choice(TYPES), default="float", show_default=True,
               help="data type of the count column (nccl-tests -d)")
 @click.option("--algorithm", default=None, help="force an algorithm [default: the configured library's choice]")
@@ -47,8 +50,8 @@ TYPES = ("int8", "uint8", "half", "bfloat16", "float", "int32", "double", "int64
 @timeline_option()
 @fault_option()
 @friendly
-def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algorithm, quiet, ranks, jobs, engine, preset,
-                   config_file, sets, seed, json_path, timeline_path, faults):
+def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, table_no, dtype, algorithm, quiet, ranks, jobs, engine,
+                   preset, config_file, sets, seed, json_path, timeline_path, faults):
     """Time one collective (all ranks start at t = 0; time = until the last rank's output is ready).
 
     Prints nccl-tests columns (size, count, type, redop, time, algbw, busbw) and the library's algorithm, protocol
@@ -62,7 +65,9 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
     from fabric.experiments import nccl_tests
     from fabric.experiments.probe_collective import compare, compare_table, probe_sizes, sweep, table
 
-    measured = nccl_tests.read(compare_path) if compare_path else None
+    if table_no is not None and not compare_path:
+        raise ConfigError("--table picks a run of a --compare file; give --compare FILE too")
+    measured = nccl_tests.read(compare_path, table_no) if compare_path else None
     if measured is not None and measured.op and measured.op != op:
         raise ConfigError(f"--compare file {compare_path} is a {measured.op} table but --op is {op}")
     byte_sizes = probe_sizes(nbytes, min_bytes, max_bytes, measured)
@@ -100,6 +105,7 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, dtype, algori
                 o["measured_us"] = by_size[o["bytes"]]["measured_us"]
                 o["ratio"] = by_size[o["bytes"]]["ratio"]
         write_json(json_path, dict(rows=out, compare=dict(source=cmp["source"], geomean_error=cmp["geomean_error"],
-                                                          measured_ranks=cmp["ranks"])), meta)
+                                                          measured_ranks=cmp["ranks"], table=cmp["table"])),
+                   meta)
     else:
         write_json(json_path, dict(rows=out), meta)

@@ -4,25 +4,31 @@
                                                                               "pools", "kv_handover")
     Disaggregated(prefill=..., decode=...).serve(workload, ...)   the same, the pools made once for many workloads
 
-The prefill pool takes ranks 0 .. P-1 of the preset, the decode pool the next D. A request is prefilled in the
-prefill pool (its first token made there: TTFT), then its KV (the prompt's tokens, in the model's own layout: every
-rank of the decode attention group gets its share, MLA's whole latent) moves from the prefill attention group's
-ranks to the decode group's, and the decode pool admits it when the KV has landed (fabric.serve.scheduler: a
-prefilled request). The hand-over runs after the prefill, or (`handover=layered` in the prefill plan) layer by layer
-while it runs: each layer's KV of a chunk leaves as soon as the layer has computed it, so the KV lands one layer's
-share of the last chunk after the prefill ends, or, when the fabric is slower than the prefill makes KV, when the
-whole prompt's bytes have crossed since its first chunk began (the later of the two).
+The prefill pool takes ranks 0 .. P-1 of the preset, the decode pool the next D, and both run in one simulated time
+(`couple`). A request is prefilled in the prefill pool (its first token made there: TTFT) and then sent to the decode
+pool, which admits it when it has room for its KV (fabric.serve.scheduler: a prefilled request). Its KV (the
+prompt's tokens in the model's own layout: every rank of the decode attention group gets its share, MLA's whole
+latent) then moves from the prefill attention group's ranks to the decode group's, and it decodes from the first
+step after the KV has landed. The prefill pool holds the KV until it has landed, so a full decode pool holds the
+prefill pool back (backpressure); a closed loop's user sends the next request when the last one finishes, in
+either pool.
+
+The hand-over runs after the prefill, or (`handover=layered` in the prefill plan) layer by layer while it runs: each
+layer's KV of a chunk leaves as soon as the layer has computed it, so the KV lands one layer's share of the last
+chunk after the prefill ends, or, when the fabric is slower than the prefill makes KV, when the whole prompt's bytes
+have crossed since its first chunk began (the later of the two), provided the decode pool admitted the request by
+then (it streams into memory the decode pool has set aside); admitted later, it moves whole on admission.
 
 The hand-over time is the engine's: every source rank sends its share to every destination rank, split over the
 accelerator's ports, on the idle fabric, simulated at two sizes and linear between (a transfer on an idle path is
-latency + bytes / bandwidth). Not modelled: its contention with the pools' own traffic, and the decode pool holding
-back the prefill pool (each pool is simulated on ranks 0.. of the preset; the prefill pool keeps no KV after the
-hand-over). So the pools run one after the other in simulated time: the prefill pool over every request, then the
-decode pool over their hand-overs, which is exact while nothing flows back.
+latency + bytes / bandwidth; `Handover.simulate` also takes background traffic, and a test shows a hand-over sharing
+its links landing later). Not modelled in a served run: its contention with the pools' own traffic (each pool's
+steps are simulated on ranks 0.. of the preset).
 """
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import time
 
 import numpy as np
@@ -109,55 +115,49 @@ class Disaggregated:
                          plan_described=f"prefill: {pre.plan.describe()}; decode: {dec.plan.describe()}",
                          engine=engine, seed=seed, token_budget=token_budget, kv_tier=kv_tier)
 
+    def _cosimulate(self, wl, sched_kw: dict, progress):
+        """The two pools' schedulers run coupled (couple); returns (prefill, decode scheduler, landing times)."""
+        from fabric.serve.scheduler import Scheduler
+        pre, dec, hand = self.prefill, self.decode, self.handover
+        moved = wl.output_tokens > 1
+        ps = Scheduler(dataclasses.replace(wl, output_tokens=np.ones(wl.n, np.int64)), pre.plan, pre.stepmodel,
+                       pre.kv.tokens_per_group, **sched_kw)
+        ds = Scheduler(dataclasses.replace(wl, prefilled=True, prefix_id=None, prefix_tokens=None),   # KV whole
+                       dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, tier=dec.tier,
+                       **sched_kw)
+        full_us = hand.time_us(wl.prompt_tokens)
+        streamed = None
+        if pre.plan.handover == "layered":    # each layer's KV of a chunk leaves as soon as the layer made it
+            def streamed(rid):
+                return max(ps.finish[rid] + hand.time_us(ps.last_chunk[rid] / pre.spec.layers) / 1e6,
+                           ps.prefill_start[rid] + full_us[rid] / 1e6)
+        return ps, ds, couple(ps, ds, moved, full_us, streamed)
+
     def serve(self, workload: str = "azure-conv", *, requests: int | None = None, duration_s: float | None = None,
               rate: float | None = None, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
               max_seqs: int | None = None, balance: str = "least_tokens", progress=None,
               shared_prefix: str | None = None) -> dict:
         from fabric.serve.deployment import check_slos, max_seqs_for
         from fabric.serve.report import summarise
-        from fabric.serve.scheduler import Scheduler
         from fabric.serve.workload import parse_workload
         t0 = time.perf_counter()
         check_slos(slo_ttft_ms, slo_tpot_ms)
         pre, dec, hand = self.prefill, self.decode, self.handover
         wl = parse_workload(workload, requests=requests, duration_s=duration_s, rate=rate, seed=self.meta["seed"],
                             shared_prefix=shared_prefix)
-        if wl.users:
-            raise ConfigError("a closed-loop workload needs the decode pool's finishes to send the next requests, "
-                              "which the disaggregated run (prefill pool first, then decode) cannot feed back; use a "
-                              "trace or poisson: workload")
         budget = self.meta["token_budget"]
         max_seqs = max_seqs_for(budget, max_seqs)
         sched_kw = dict(token_budget=budget, max_seqs=max_seqs, balance=balance)
         simulated = pre.stepmodel.simulated + dec.stepmodel.simulated
         sim_s = pre.stepmodel.sim_s + dec.stepmodel.sim_s
-
-        # the prefill pool makes every request's first token
-        first_only = dataclasses.replace(wl, output_tokens=np.ones(wl.n, np.int64))
-        ps = Scheduler(first_only, pre.plan, pre.stepmodel, pre.kv.tokens_per_group, **sched_kw)
-        ps.run()
+        ps, ds, landed = self._cosimulate(wl, sched_kw, progress)
         moved = wl.output_tokens > 1
-        hand_us = hand.time_us(wl.prompt_tokens)
-        landed = ps.finish + hand_us / 1e6
-        if pre.plan.handover == "layered":
-            last = hand.time_us(ps.last_chunk / pre.spec.layers)
-            landed = np.maximum(ps.finish + last / 1e6, ps.prefill_start + hand_us / 1e6)
-            hand_us = (landed - ps.finish) * 1e6                  # what the request waits after its prefill
-        rest = np.flatnonzero(moved)
-        rest = rest[np.argsort(landed[rest], kind="stable")]          # the decode pool sees them as they land
-        decode_wl = dataclasses.replace(wl, arrival_s=landed[rest], prompt_tokens=wl.prompt_tokens[rest],
-                                        output_tokens=wl.output_tokens[rest], prefilled=True,
-                                        prefix_id=None, prefix_tokens=None)   # its KV comes whole
-        ds = Scheduler(decode_wl, dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, tier=dec.tier,
-                       **sched_kw)
-        ds.run()
+        hand_us = (landed - ps.finish) * 1e6                  # what a request waits after its prefill
 
         # one request's life: arrival and first token from the prefill pool, the rest from the decode pool
-        finish = ps.finish.copy()
-        finish[rest] = ds.finish
+        finish = np.where(moved, ds.finish, ps.finish)
         merged = _Merged(arrival=wl.arrival_s.copy(), first=ps.first.copy(), finish=finish,
-                         preempted=ps.preempted.copy(), rec=ds.rec, groups=ds.groups, tier=ds.tier)
-        merged.preempted[rest] += ds.preempted
+                         preempted=ps.preempted + ds.preempted, rec=ds.rec, groups=ds.groups, tier=ds.tier)
         res = summarise(merged, wl, _Ranks(dec.plan, self.ranks), slo_ttft_ms, slo_tpot_ms,
                         self.cfg.topology.accels_per_domain)
         res["fabric_bytes"]["kv_handover"] = float(hand.bytes(wl.prompt_tokens[moved]).sum())
@@ -167,7 +167,8 @@ class Disaggregated:
         return dict(self.meta, max_seqs=max_seqs, balance=balance, workload=wl.name, workload_meta=wl.meta,
                     ranks=self.ranks, attention_groups=pre.plan.groups + dec.plan.groups, memory=dec.kv.as_dict(),
                     **res, pools=dict(prefill=_pool(ps, pre), decode=_pool(ds, dec)),
-                    kv_handover=dict(mode=pre.plan.handover, requests=int(moved.sum()), mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
+                    kv_handover=dict(mode=pre.plan.handover, requests=int(moved.sum()),
+                                     mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
                                      p99_ms=float(np.percentile(h, 99) * 1e-3) if len(h) else 0.0,
                                      bytes=res["fabric_bytes"]["kv_handover"], us_per_token=hand.slope_us,
                                      fixed_us=hand.base_us),
@@ -189,6 +190,49 @@ def _tier(ds) -> dict:
     if ds.tier is None:
         return {}
     return dict(host_tier=host_tier(ds))
+
+
+def couple(ps, ds, moved, transfer_us, streamed=None) -> np.ndarray:
+    """Run a prefill pool's and a decode pool's schedulers in one simulated time; returns when each request's KV
+    landed in the decode pool (NaN: it had one output token and never left the prefill pool).
+
+    A finished prefill's request (moved[rid]) goes to the decode pool, which admits it when it has room for its KV;
+    the KV then moves, transfer_us[rid], or has already streamed by streamed(rid) if the decode pool admitted it by
+    then (layer-by-layer hand-over); the prefill pool holds it until it has landed, so a full decode pool holds
+    the prefill pool back. A closed loop's user sends its next request when either pool finishes its last."""
+    landed = np.full(len(moved), np.nan)
+    releases: list = []                                   # (time its KV has left the prefill pool, request)
+
+    def admitted(rid: int, t: float) -> float:
+        land = t + transfer_us[rid] / 1e6
+        if streamed is not None and t <= streamed(rid):
+            land = streamed(rid)
+        landed[rid] = land
+        heapq.heappush(releases, (land, rid))
+        return land
+
+    ps.on_done = lambda rid, t: ds.push(t, rid) if moved[rid] else ps.next_user(rid, t)
+    ps.keeps_kv = lambda rid: bool(moved[rid])
+    ds.on_admit = admitted
+    ds.on_done = ps.next_user
+    ds.others_next = ps.next_time
+    ps.start()
+    ds.start(arrivals=False)
+    while True:
+        t_rel = releases[0][0] if releases else np.inf
+        t_pre, t_dec = ps.next_time(), ds.next_time()
+        t = min(t_rel, t_pre, t_dec)
+        if t == np.inf:
+            break
+        if t_rel == t:
+            ps.release(heapq.heappop(releases)[1], t)
+        elif t_pre == t:
+            ps.advance()
+        else:
+            ds.advance()
+    if np.isnan(np.where(moved, ds.finish, ps.finish)).any():
+        raise RuntimeError("disaggregated run ended with requests unserved")     # a bug, not input
+    return landed
 
 
 def serve_disaggregated(*, model: str | None = None, hf_config: str | None = None, preset: str = "sd200", cfg=None,

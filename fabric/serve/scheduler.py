@@ -123,6 +123,15 @@ class Scheduler:
         self.plen = workload.prefix_tokens
         self.shared = np.zeros(n, np.int64)             # tokens of its prefix's cache entry a sequence reads
         self.prefill_start = np.full(n, np.nan)         # start of the step that ran its (last) prefill's first chunk
+        self.ready_at = np.zeros(n)                     # a handed-over sequence decodes once its KV lands (couple)
+        self.held: dict = {}                            # finished prefills whose KV waits for the decode pool: group
+        self.now = 0.0                                  # start of the step being planned
+        self.heap: list = []
+        # set by fabric.serve.disagg's coupling of a prefill and a decode pool (standalone: None)
+        self.on_done = None        # (rid, t): a request finished here; replaces the closed loop's next send
+        self.on_admit = None       # (rid, t) -> t its KV lands: a handed-over request was admitted
+        self.keeps_kv = None       # (rid) -> whether a finished request's KV stays until release()
+        self.others_next = None    # () -> the earliest time the other pool may send a request here
         self.last_chunk = np.zeros(n, np.int64)         # tokens of the chunk that completed its prefill
         self.rr = 0
         self.joined = 0                                  # prefilled requests admitted while planning a step
@@ -159,7 +168,7 @@ class Scheduler:
         grp.outstanding += int(self.target[rid] - self.done_prefill[rid] + self.out[rid] - self.generated[rid])
         self.arrival[rid] = t
         self.group_of[rid] = r * self.plan.dp + g
-        self.free_at[r] = max(self.free_at[r], t)
+        self.free_at[r] = t if self.free_at[r] == np.inf else max(self.free_at[r], t)
 
     @staticmethod
     def _room(grp: Group) -> int:
@@ -295,7 +304,9 @@ class Scheduler:
 
     def _decoding(self, grp: Group) -> np.ndarray:
         ids = np.asarray(grp.running, np.int64)
-        return ids[self.done_prefill[ids] >= self.target[ids]] if len(ids) else ids
+        if not len(ids):
+            return ids
+        return ids[(self.done_prefill[ids] >= self.target[ids]) & (self.ready_at[ids] <= self.now)]
 
     def _plan_group(self, grp: Group):
         """(decode ids, [(id, chunk)]) of one group's next step: decode first, then the prefills under way, then
@@ -330,6 +341,7 @@ class Scheduler:
             grp.running.append(rid)
             if hit:
                 self._use_prefix(grp, rid, hit)
+            handed = self.on_admit is not None and todo <= 0 and not self.host[rid] and not self.ready_at[rid]
             if self.host[rid]:                        # swapped out: reloaded before this step's forward pass
                 from fabric.serve.tier import RELOAD
                 self.moves.append((int(self.group_of[rid]), brings, RELOAD))
@@ -338,7 +350,10 @@ class Scheduler:
             self.kv[rid] = brings
             grp.kv_used += brings
             if todo <= 0:                             # its KV is all here: decodes from the next step
-                self.joined += 1
+                if handed:                            # its KV moves from the prefill pool now: once it lands
+                    self.ready_at[rid] = self.on_admit(rid, self.now)
+                else:
+                    self.joined += 1
                 continue
             grp.prefilling.append(rid)
             promised += todo
@@ -348,7 +363,7 @@ class Scheduler:
         return dec, chunks
 
     def _step(self, r: int) -> None:
-        t = self.free_at[r]
+        t = self.now = self.free_at[r]
         self.joined = 0
         self.moves = []
         plans = [self._plan_group(g) for g in self.groups[r]]
@@ -415,7 +430,12 @@ class Scheduler:
         dur_s = dur_us / 1e6
         starts = t + np.concatenate(([0.0], np.cumsum(dur_s)[:-1]))
         horizon = self.next_arrival
-        if self.wl.users:        # a closed loop's next arrival can come from another replica's finish
+        landing = [self.ready_at[rid] for grp in groups for rid in grp.running if self.ready_at[rid] > t]
+        if self.others_next is not None:
+            landing.append(self.others_next())
+        if landing:                              # a handed-over sequence joins, or the other pool sends one
+            horizon = min(landing) if horizon is None else min(horizon, min(landing))
+        if self.wl.users and self.on_done is None:        # a closed loop's next arrival can come from another replica's finish
             others = [self.free_at[x] for x in range(self.plan.replicas) if x != r and self._busy(x)]
             horizon = min([h for h in [horizon] + others if h is not None], default=None)
         if horizon is not None:
@@ -444,16 +464,39 @@ class Scheduler:
     def _finish(self, grp: Group, rid: int, t: float) -> None:
         grp.running.remove(rid)
         self._unpin(grp, rid)
-        grp.kv_used -= int(self.kv[rid])
-        self.kv[rid] = 0
         self.finish[rid] = t
         self.finished += 1
+        if self.keeps_kv is not None and self.keeps_kv(rid):     # its KV waits for the decode pool: release()
+            self.held[rid] = grp
+        else:
+            grp.kv_used -= int(self.kv[rid])
+            self.kv[rid] = 0
+        if self.on_done is not None:
+            self.on_done(rid, t)
+        else:
+            self.next_user(rid, t)
+
+    def next_user(self, rid: int, t: float) -> None:
+        """A closed loop's user sends its next request after thinking."""
         wl = self.wl
-        if wl.users:                                # the user sends the next one after thinking
+        if wl.users:
             nxt = rid + wl.users
             send = t + wl.think_s
             if nxt < wl.n and (wl.duration_s is None or send < wl.duration_s):
                 heapq.heappush(self.heap, (send, nxt))
+
+    def push(self, t: float, rid: int) -> None:
+        """Request rid arrives at t (sent by the other pool)."""
+        heapq.heappush(self.heap, (t, rid))
+
+    def release(self, rid: int, t: float) -> None:
+        """A held request's KV has left: its group's memory is free again (and a replica waiting for it wakes)."""
+        grp = self.held.pop(rid)
+        grp.kv_used -= int(self.kv[rid])
+        self.kv[rid] = 0
+        r = int(self.group_of[rid]) // self.plan.dp
+        if self.free_at[r] == np.inf:
+            self.free_at[r] = t
 
     def _record(self, r, t, dur, k, batch, tokens, prefill, nbytes, comm_s) -> None:
         rec = self.rec
@@ -478,28 +521,41 @@ class Scheduler:
     def next_arrival(self):
         return self.heap[0][0] if self.heap else None
 
-    def run(self) -> Trace:
-        self.heap = self._arrivals()
+    def start(self, arrivals: bool = True) -> None:
+        """Before the first event; arrivals=False: requests come only by push() (a coupled decode pool)."""
+        self.heap = self._arrivals() if arrivals else []
         heapq.heapify(self.heap)
-        n_req = self.wl.n
-        last_shown = -1
-        while True:
-            busy = [r for r in range(self.plan.replicas) if self._busy(r)]
-            t_busy = min((self.free_at[r] for r in busy), default=np.inf)
-            if self.heap and self.heap[0][0] <= t_busy:
-                t, rid = heapq.heappop(self.heap)
-                self._assign(rid, t)
-                continue
-            if not busy:
-                break
-            r = min(busy, key=lambda x: self.free_at[x])
-            before = len(self.rec.step_start_s)
-            self._step(r)
-            if len(self.rec.step_start_s) == before:     # nothing could run: wait for the next arrival
-                if not self.heap:
-                    raise RuntimeError("scheduler stalled with work queued and nothing arriving")  # a bug, not input
-                self.free_at[r] = max(self.free_at[r], self.heap[0][0])
-            if self.progress is not None and self.finished != last_shown:
-                last_shown = self.finished
-                self.progress(self.finished, n_req)
+        self._shown = -1
+
+    def next_time(self) -> float:
+        """When the next event (an arrival or a replica's step) happens; inf when there is none."""
+        busy = [self.free_at[r] for r in range(self.plan.replicas) if self._busy(r)]
+        return min(min(busy, default=np.inf), self.heap[0][0] if self.heap else np.inf)
+
+    def advance(self) -> None:
+        """The next event: an arrival (first, at a tie) or the earliest replica's step."""
+        busy = [r for r in range(self.plan.replicas) if self._busy(r)]
+        t_busy = min((self.free_at[r] for r in busy), default=np.inf)
+        if self.heap and self.heap[0][0] <= t_busy:
+            t, rid = heapq.heappop(self.heap)
+            self._assign(rid, t)
+            return
+        r = min(busy, key=lambda x: self.free_at[x])
+        before = len(self.rec.step_start_s)
+        self._step(r)
+        if len(self.rec.step_start_s) == before:     # nothing could run: wait for an arrival or a landing KV
+            landing = [self.ready_at[rid] for g in self.groups[r] for rid in g.running
+                       if self.ready_at[rid] > self.free_at[r]]
+            wake = min(landing + ([self.heap[0][0]] if self.heap else []), default=np.inf)
+            if wake == np.inf and self.keeps_kv is None:
+                raise RuntimeError("scheduler stalled with work queued and nothing arriving")  # a bug, not input
+            self.free_at[r] = max(self.free_at[r], wake)   # inf: blocked until release() frees KV
+        if self.progress is not None and self.finished != self._shown:
+            self._shown = self.finished
+            self.progress(self.finished, self.wl.n)
+
+    def run(self) -> Trace:
+        self.start()
+        while self.next_time() < np.inf:
+            self.advance()
         return self.rec

@@ -65,7 +65,7 @@ class HostTier:
                               f"{per_rank / GIB:.3g} GiB of host memory, less than one token of KV "
                               f"({self.bpt:.0f} B); raise it or serve without --kv-tier host")
         # the host-memory node each serving rank uses: its domain's, spread over the domain's nodes
-        n_serving = topo.n_ranks - topo.n_spares - topo.n_host_memory
+        n_serving = topo.n_serving
         dom = np.asarray(topo.node_domain[:n_serving], np.int64)
         hm_ranks = np.asarray(topo.host_memory_ranks, np.int64).reshape(-1, hm.nodes_per_domain)
         self.node_of = hm_ranks[dom, np.arange(n_serving) % per_domain % hm.nodes_per_domain]

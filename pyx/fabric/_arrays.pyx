@@ -17,7 +17,7 @@ from fabric._kernel.types cimport T_TRANSFER      # task kinds: the task-graph c
 cdef extern from *:
     int __builtin_ctzll(unsigned long long) nogil
 
-ARRAYS_VERSION = "0.1.0"
+ARRAYS_VERSION = "0.2.0"
 
 include "_arrays/route_tables.pxi"    # routing.py, phy.py: dimension-order tables, channel dependencies, round trips
 include "_arrays/graph_build.pxi"     # taskgraph.py, lower.py: stamped fragments' columns, op dependencies, edge CSRs

@@ -19,7 +19,7 @@ from fabric._kernel.types cimport *
 
 cnp.import_array()
 
-KERNEL_VERSION = "0.1.0"
+KERNEL_VERSION = "0.2.0"
 
 DONE, PAUSED, STUCK = R_DONE, R_PAUSED, R_STUCK
 DAMAGED_BIT = PK_DAMAGED_BIT   # bit of a packet's offset that a corrupted unit let in sets (its checksum changes)
