@@ -138,7 +138,8 @@ def launch(sys, P, sym=False):
     if sym:
         return P["L_sym"]
     lx = P["Lx_" + sys.host] if sys.host else P["Lx"]
-    return P["L"] + ((sys.gpus_per_proc - 1) * lx if sys.gpus_per_proc > 1 else 0.0)
+    L = P["L"] * P.get("r_L_%d" % HW[sys.gpu]["arch"], 1.0)   # per-generation launch factor: fit.py --gen-steps only
+    return L + ((sys.gpus_per_proc - 1) * lx if sys.gpus_per_proc > 1 else 0.0)
 
 
 PCI_LAT_RATIO = {"LL": 1.0 / 0.6, "LL128": 2.5 / 1.9, "Simple": 5.7 / 3.4}  # NCCL hwLat[PCI]/hwLat[NVLINK], ring
@@ -213,12 +214,12 @@ def candidates(op, M, sys, P=PARAMS):
     if sys.lib == "symmetric" and op == "allreduce" and N == 1:
         Ls = launch(sys, P, sym=True)
         # one-shot LL: each rank writes its M (LL lines) into every peer, each reduces locally
-        add("sym_oneshot", "LL", SYM_MAX_BLOCKS, Ls, P["h_LL"],
+        add("sym_oneshot", "LL", SYM_MAX_BLOCKS, Ls, _h(P, "LL", sys),
             (n - 1) * M / intra_rate(P, sys, hw, "LL", SYM_MAX_BLOCKS, 512) / 1e3)
         # two-shot: reduce-scatter by multimem.ld_reduce + all-gather by multimem.st (in-switch)
         if hw["nvls"]:
-            add("sym_nvls", "Simple", SYM_NVLS_BLOCKS(n), Ls, 2 * P["h_S"], M * (1 + 1.0 / n) / (eta_nvls * B) / 1e3)
-        add("sym_twoshot", "Simple", SYM_MAX_BLOCKS, Ls, 2 * P["h_S"], 2 * (n - 1) / n * M / intra_rate(
+            add("sym_nvls", "Simple", SYM_NVLS_BLOCKS(n), Ls, 2 * _h(P, "Simple", sys), M * (1 + 1.0 / n) / (eta_nvls * B) / 1e3)
+        add("sym_twoshot", "Simple", SYM_MAX_BLOCKS, Ls, 2 * _h(P, "Simple", sys), 2 * (n - 1) / n * M / intra_rate(
             P, sys, hw, "Simple", 1, 1) / 1e3)
     return out
 
