@@ -374,6 +374,14 @@ class NcclLikeConfig(Section):
                                        "extra GPU adds host_launch_ns to every call",
                                   reason="one process per GPU is the default of nccl-tests and of frameworks",
                                   was="collectives.gpus_per_process")
+    alltoall: str = param("direct", unit="choice", choices=("direct", "deepep_ll", "auto"),
+                          help="the EP all-to-all the deployment runs: direct (NCCL's grouped send/recv), deepep_ll "
+                               "(DeepEP's low-latency kernels: GPU-initiated RDMA writes to the destination's rail "
+                               "peer, NVLink forwarding inside the destination node; on groups of >= 2 equal "
+                               "NIC-joined host domains, direct elsewhere) or auto (the tuner picks the faster of "
+                               "the two per call)",
+                          reason="direct is what NCCL alone runs; DeepEP is a separate library a deployment "
+                                 "installs (docs/sources.md §DeepEP), so the hgx-*-ib presets set auto")
     host_launch_ns: float = param(2554.0, unit="ns", lo=0, hi=1e9,
                                   help="run mode: launch cost per extra GPU of one host thread",
                                   reason="fitted on 1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (-g 8 floor); "

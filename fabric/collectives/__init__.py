@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 
-from fabric.collectives import nvls, sliced, tree
+from fabric.collectives import alltoall, nvls, sliced, tree
 from fabric.collectives._frag import FragBuilder, bounds, is_pow2
 from fabric.collectives.cost import Cost, cost_model
 from fabric.collectives.library import LIBRARIES, PROFILES, PROTOCOLS, Choice, fabric_view, tune
@@ -31,7 +31,7 @@ from fabric.errors import ConfigError
 from fabric.taskgraph import Fragment
 
 # a group of one rank runs the single-phase algorithm whatever was asked (ring/halving loops would be empty)
-_SINGLE = {"allreduce": "oneshot", "reduce_scatter": "direct", "allgather": "direct"}
+_SINGLE = {"allreduce": "oneshot", "reduce_scatter": "direct", "allgather": "direct", "alltoall": "direct"}
 
 
 def build(kind: str, algorithm: str, nbytes: int, n: int, cfg=None, root: int = 0,
@@ -78,6 +78,8 @@ def _build(kind, algorithm, nbytes, n, cfg, root, semantics, choice) -> Fragment
             lib["hierarchical"] = sliced.HIERARCHICAL[kind]
         if kind == "allreduce":
             lib.update(tree.CORES)
+        if kind == "alltoall":
+            lib.update(alltoall.LIBRARY_CORES)
         core = lib[algorithm] if n > 1 else CORES[kind][_SINGLE[kind]]
     else:
         core = CORES[kind][_SINGLE.get(kind, algorithm) if n == 1 else algorithm]

@@ -7,14 +7,26 @@ its sends are paced by its copy loop (library.inject_gbps: the fitted fraction o
 and proxy reach, as the ring's, tree's and NVLS's sends are): per rank and kind of path (scale-up, NIC) the sends
 form one sequence in the staggered order, send m leaves when the copy of send m-1 has run, and the receiver sees a
 block when its store has landed and one head latency after its copy ended.
+
+deepep_ll: DeepEP's low-latency dispatch/combine over NVLink + RDMA (its README and csrc/kernels/legacy/
+internode_ll.cu; EPv2's hybrid mode, deep_ep/buffers/elastic.py, docs/sources.md §DeepEP). Every GPU writes each
+block for a GPU of another node straight from the kernel (GPU-initiated RDMA, IBGDA: no CPU proxy, so no posts in
+sequence and no network software step) into a staging slot of the destination's rail peer, the GPU at its own
+position in the destination node; that peer's forward warps poll the slots of each source and store the blocks over
+NVLink to their destinations in the node. A block for the rail peer itself lands in its output directly, and blocks
+inside a node go over NVLink as direct's do. Raw data and a trailing flag (no LL/LL128 line format): the library's
+plain primitives (launch_ns, step_ns, channels of [collectives]), not the nccl-like protocol's. Groups that are not
+>= 2 equal host domains joined by NICs run direct.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from fabric.collectives._frag import FragBuilder
 from fabric.collectives.reduce_scatter import pairs
-from fabric.taskgraph import BUF_IN, BUF_OUT, COMPUTE
+from fabric.taskgraph import BUF_IN, BUF_OUT, BUF_TMP, COMPUTE
 
 
 def block_sizes(nbytes: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -112,4 +124,75 @@ def _paced(fb: FragBuilder, ready, i, j, length, issue) -> np.ndarray:
     return tail
 
 
+def deepep_ll(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
+    G = _nodes(fb)
+    if G is None:
+        return direct(fb, ready, nbytes)
+    n = fb.n
+    N, g = G.shape
+    node, loc = np.empty(n, np.int64), np.empty(n, np.int64)
+    node[G], loc[G] = np.arange(N)[:, None], np.arange(g)[None, :]
+    sizes, a = block_sizes(nbytes, n)
+    smax = int(sizes.max())
+    i, j = pairs(n)
+    # inside the node, and to the rail peer itself: one store into the destination's output slot
+    k = np.flatnonzero((node[i] == node[j]) | (loc[i] == loc[j]))
+    issue, seen = fb.xfer(i[k], j[k], sizes[j[k]], BUF_IN, a[j[k]], BUF_OUT, i[k] * sizes[j[k]])
+    fb.edge(ready[i[k]], issue)
+    dst = [(seen, j[k])]
+    # to another node: RDMA write into the rail peer's staging slot (source node, destination position) ...
+    k = np.flatnonzero((node[i] != node[j]) & (loc[i] != loc[j]))
+    si, sj = i[k], j[k]
+    peer = G[node[sj], loc[si]]
+    slot = (node[si] * g + loc[sj]) * smax
+    issue, landed = fb.xfer(si, peer, sizes[sj], BUF_IN, a[sj], BUF_TMP, slot)
+    fb.edge(ready[si], issue)
+    # ... one poll per (rail peer, source) after the peer's launch, then the NVLink store to the destination
+    key, inv = np.unique(peer * n + si, return_inverse=True)
+    poll = fb.wait(key // n, src=key % n)
+    fb.edge(ready[key // n], poll)
+    fb.edge(landed, poll[inv])
+    issue, seen = fb.xfer(peer, sj, sizes[sj], BUF_TMP, slot, BUF_OUT, si * sizes[sj])
+    fb.edge(poll[inv], issue)
+    dst.append((seen, sj))
+    r = np.arange(n)
+    copy = fb.reduce(r, sizes, BUF_OUT, r * sizes, np.array([[BUF_IN]], np.int8), a[:-1].reshape(n, 1))
+    fb.edge(ready, copy)
+    w = fb.wait(r)
+    for seen, to in dst:
+        fb.edge(seen, w[to])
+    fb.edge(copy, w)
+    fb.need(BUF_IN, nbytes)
+    fb.need(BUF_OUT, n * smax)
+    fb.need(BUF_TMP, n * smax)
+    return w
+
+
+def _nodes(fb: FragBuilder):
+    """[node, position] -> rank of the group's >= 2 equal NIC-joined host domains, or None (no fabric view, one
+    domain, unequal domains)."""
+    from fabric.collectives.library import tree_groups
+    groups = tree_groups(fb.view, fb.n) if fb.view is not None else None
+    return None if groups is None else np.asarray(groups, np.int64)
+
+
+def deepep_ll_ns(view, nbytes: int, n: int, cc) -> float:
+    """The tuner's estimate of deepep_ll (inf where it runs direct): launch, then the longer of the RDMA leg (one
+    rail-aligned NIC hop, the blocks for other nodes at the NIC rate) and the node's own NVLink stores, then a poll,
+    one NVLink hop and the forwarded blocks at the scale-up rate, then the final poll."""
+    from fabric.collectives.library import tree_groups
+    groups = tree_groups(view, n)
+    if groups is None:
+        return math.inf
+    N, g = len(groups), len(groups[0])
+    s = nbytes / n
+    a, b, c = groups[0][0], groups[1][0], groups[0][1 % g]
+    nvl = view.rank_gbps(a)
+    net = view.hop_ps(a, b, int(s)) / 1000.0 + (N - 1) * g * s / view.nic_gbps(a)
+    local = view.hop_ps(a, c, int(s)) / 1000.0 + (g - 1) * s / nvl
+    fwd = cc.step_ns + view.hop_ps(a, c, int(s)) / 1000.0 + (N - 1) * (g - 1) * s / nvl
+    return cc.launch_ns + max(net, local) + fwd + cc.step_ns
+
+
 CORES = {"direct": direct}
+LIBRARY_CORES = {"deepep_ll": deepep_ll}

@@ -346,6 +346,9 @@ def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, v
     the fitted efficiencies and the protocol's wire efficiency."""
     M = float(nbytes)
     cc = view.cfg.collectives
+    if algorithm == "deepep_ll":
+        from fabric.collectives.alltoall import deepep_ll_ns
+        return deepep_ll_ns(view, nbytes, n, cc)
     L = launch_ns(cc)
     if n <= 1:
         return L
@@ -439,7 +442,7 @@ def _nvls_family_ns(algorithm: str, M: float, n: int, view: FabricView, B_p: flo
             + max(M * (1 + 1 / g) / R, M / max(g * R_net_p, 1e-9)))
 
 
-_ALG_PROTOCOL = {"nvls": "Simple", "nvls_tree": "Simple", "sym_nvls": "Simple", "sym_oneshot": "LL"}
+_ALG_PROTOCOL = {"nvls": "Simple", "nvls_tree": "Simple", "sym_nvls": "Simple", "sym_oneshot": "LL", "deepep_ll": ""}
 
 
 def nvls_candidates(view: FabricView, n: int, cc) -> list[str]:
@@ -473,6 +476,10 @@ def candidates(kind: str, nbytes: int, n: int, cc, view: FabricView, algorithm: 
         if cc.policy not in ("sd200", "auto"):
             algs = [cc.policy if kind == "allreduce" else ("ring" if cc.policy in ("ring", "halving_doubling")
                                                            else "direct")]
+    elif kind == "alltoall":   # DeepEP's kernels where the deployment has them (collectives.nccl_like.alltoall)
+        mode = cc.nccl_like.alltoall
+        ep = mode != "direct" and tree_groups(view, n) is not None
+        algs = (["deepep_ll"] if mode == "deepep_ll" else ["direct", "deepep_ll"]) if ep else ["direct"]
     else:
         algs = ["direct"]
     if kind in ("alltoall", "broadcast", "sendrecv"):
@@ -483,11 +490,15 @@ def candidates(kind: str, nbytes: int, n: int, cc, view: FabricView, algorithm: 
     if cc.nccl_like.protocol != "auto":
         protos = [cc.nccl_like.protocol]
     pairs = [(a, p) for a in algs for p in protos if a not in _ALG_PROTOCOL or p == _ALG_PROTOCOL[a]]
+    pairs += [(a, "") for a in algs if a == "deepep_ll"]     # not NCCL's: no protocol of NCCL's
     return pairs or [(algs[0], _ALG_PROTOCOL.get(algs[0], protos[0]))]
 
 
 def channels_for(nbytes: int, protocol: str, n: int, algorithm: str, cc) -> int:
-    """Channels of a call (NCCL's rule; ring and hierarchical drop them as a ring does)."""
+    """Channels of a call (NCCL's rule; ring and hierarchical drop them as a ring does; 0 for deepep_ll, which
+    stripes as the plain library does, collectives.channels)."""
+    if not protocol:
+        return 0
     return nccl_channels(nbytes, protocol, n, "ring" if algorithm in ("ring", "hierarchical") else algorithm, cc=cc)
 
 

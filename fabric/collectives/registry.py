@@ -12,6 +12,10 @@ CORES = {"allreduce": allreduce.CORES, "allgather": allgather.CORES, "reduce_sca
 KINDS = tuple(CORES)
 ALGORITHMS = {kind: tuple(cores) for kind, cores in CORES.items()}
 
-# Algorithms only a library profile builds (they need the fabric: fabric/collectives/library.py, sliced.py). Not in
+# Algorithms only a library profile builds (they need the fabric: fabric/collectives/library.py, sliced.py,
+# alltoall.LIBRARY_CORES: DeepEP's low-latency all-to-all, which the nccl-like tuner offers where
+# collectives.nccl_like.alltoall allows it). Not in
 # ALGORITHMS: the sd200 library, the cost model and fixed policies do not know them.
-LIBRARY_ALGORITHMS = {"nccl-like": {"allreduce": ("hierarchical", "tree", "nvls", "nvls_tree", "sym_oneshot", "sym_nvls")}}
+LIBRARY_ALGORITHMS = {"nccl-like": {
+    "allreduce": ("hierarchical", "tree", "nvls", "nvls_tree", "sym_oneshot", "sym_nvls"),
+    "alltoall": tuple(alltoall.LIBRARY_CORES)}}
