@@ -435,12 +435,14 @@ class CollectivesConfig(Section):
     launch_ns: float = param(1000.0, unit="ns", lo=0, hi=1e9,
                              help="fixed start cost of a collective on each rank (kernel launch and prologue)",
                              reason="[E] ~0.95 us fixed cost of a tiny kernel on a current accelerator "
-                                    "(docs/sources.md §H200 GEMV); set 6600 for an NCCL-like library (ring LL base "
-                                    "latency, docs/sources.md §Communication measurements)")
+                                    "(docs/sources.md §H200 GEMV); for an NCCL-like library set collectives.library "
+                                    "= nccl-like, not a larger launch_ns (NCCL's measured latencies include the "
+                                    "fabric's hops, which the simulator adds again: docs/collectives.md)")
     step_ns: float = param(100.0, unit="ns", lo=0, hi=1e9,
                            help="software cost per algorithm step on each rank: poll the step's flags, then issue",
-                           reason="[E] a local flag poll in a persistent fused kernel; set 600 for an NCCL-like "
-                                  "library (NVLink LL per-hop 0.6 us, docs/sources.md §Communication measurements)")
+                           reason="[E] a local flag poll in a persistent fused kernel; for an NCCL-like library "
+                                  "set collectives.library = nccl-like, not a larger step_ns (its per-hop 0.6 us "
+                                  "includes the hop the simulator delivers itself: docs/collectives.md)")
     entry_barrier: bool = param(False, unit="flag",
                                 help="before writing into a peer, wait for that peer's 'buffer free' flag",
                                 reason="the SD200 library double-buffers its scratch with epoch-tagged flags "

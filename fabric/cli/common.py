@@ -115,6 +115,9 @@ def load(preset, config_file, sets, seed, overrides: dict | None = None, faults=
     if seed is not None:
         merged["sim.seed"] = seed
     cfg = load_config(preset=preset, config_file=config_file, overrides=merged)
+    from fabric.collectives.library import config_warnings
+    for line in config_warnings(cfg):      # runs, but probably not as meant: one line each, on stderr
+        click.echo(f"warning: {line}", err=True)
     return with_overrides(cfg, {"faults": cfg.faults + tuple(faults)}) if faults else cfg
 
 

@@ -536,6 +536,34 @@ def _fastest_simulated(kind: str, nbytes: int, n: int, cfg, pairs: tuple, oracle
     return pairs[min(range(len(pairs)), key=t.__getitem__)]
 
 
+# NVLink generations an hgx node's links identify (phy lanes x lane rate per link), and whether their NVSwitch
+# reduces in the switch (NVLink SHARP, the nccl-like library's nvls algorithms): NVLink3 (A100, 4 x 50 Gb/s,
+# NVSwitch gen2: no SHARP), NVLink4 (H100/H200, 2 x 100 Gb/s, NVSwitch gen3: SHARP), NVLink5 (B200, 2 x 200 Gb/s,
+# NVLink Switch gen4: SHARP). Sources: the dgx-a100 / dgx-h100 / dgx-b200 presets' [SHARP], [NVS3] notes.
+NVLINK_GENERATIONS = {(4, 50.0): ("NVLink3 (A100, NVSwitch gen2)", False),
+                      (2, 100.0): ("NVLink4 (H100/H200, NVSwitch gen3)", True),
+                      (2, 200.0): ("NVLink5 (B200, NVLink Switch gen4)", True)}
+
+
+def config_warnings(cfg) -> list[str]:
+    """Slips in a config that runs but is probably not what was meant, one line each naming the key and the fix:
+    an NVSwitch node (topology.kind = hgx) running the SD200 fabric's own library, and an NVSwitch generation that
+    reduces in the switch with switch.reduction off (the nccl-like library then never runs NVLS)."""
+    out = []
+    if cfg.topology.kind != "hgx":
+        return out
+    if cfg.collectives.library == "sd200":
+        out.append("topology.kind = hgx is an NVSwitch node, but collectives.library = sd200 runs the "
+                   "SD200 fabric's own tiered library on it; set collectives.library = nccl-like for the library "
+                   "such a node runs (or keep sd200 on purpose)")
+    gen = NVLINK_GENERATIONS.get((cfg.phy.lanes, float(cfg.phy.lane_rate_gbps)))
+    if gen is not None and gen[1] and not cfg.switch.reduction:
+        out.append(f"the links ({cfg.phy.lanes} x {cfg.phy.lane_rate_gbps:g} Gb/s) are {gen[0]}, whose switches "
+                   f"reduce in the switch (NVLink SHARP), but switch.reduction = false: no nvls algorithm will run; "
+                   f"set switch.reduction = true (or keep it off for a switch without SHARP)")
+    return out
+
+
 def fabric_view(cfg) -> FabricView:
     """The FabricView of a FabricConfig (cached per config)."""
     if not hasattr(cfg, "topology"):

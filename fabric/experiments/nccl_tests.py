@@ -75,6 +75,8 @@ class NcclTable:
     op: str | None                      # allreduce, allgather, ... when the file says which binary ran
     rows: list[NcclRow] = field(default_factory=list)
     ranks: int | None = None            # from busbw / algbw (the bus factor), when the op is known
+    table: int = 1                      # which run of the file (1-based)
+    tables: int = 1                     # runs the file holds
 
     @property
     def sizes(self) -> list[int]:
@@ -145,23 +147,81 @@ def _ranks(op: str | None, rows: list[NcclRow]) -> int | None:
     return n if n >= 2 and abs(bus_factor(op, n) - f) < 0.02 else None
 
 
-def parse(text: str, source: str = "<text>") -> NcclTable:
-    """Every data row of nccl-tests output in `text`; ConfigError if there is none."""
-    rows = []
-    for line in text.splitlines():
-        s = line.strip()
-        if not s or s.startswith("#"):
+# a launcher's tag in front of every line: Open MPI --tag-output "[1,0]<stdout>:", Slurm srun --label "0: "
+_RANK_TAG = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:)")
+
+
+def _is_header(s: str) -> bool:
+    """nccl-tests' column header comment (# size count type redop ...), which every run prints once."""
+    words = s.lstrip("#").split()
+    return len(words) >= 3 and words[:3] == ["size", "count", "type"]
+
+
+def _tables(text: str) -> list[dict]:
+    """The runs in `text`, in order: {rows, line (1-based, of the first row), text (the run's lines)}. A run ends at
+    its summary (# Avg bus bandwidth), at the next column header, or where sizes start again (a size below the
+    previous row's); lines may carry a launcher's rank tag."""
+    tables, cur, seg = [], None, []
+
+    def close():
+        nonlocal cur, seg
+        if cur is not None and cur["rows"]:
+            cur["text"] = "\n".join(seg)
+            tables.append(cur)
+            seg = []
+        cur = None
+
+    for no, line in enumerate(text.splitlines(), 1):
+        s = _RANK_TAG.sub("", line, count=1).strip()
+        if not s:
             continue
+        if s.startswith("#"):
+            if cur is not None and (_is_header(s) or "Collective test starting" in s):
+                close()
+            seg.append(s)
+            if "Avg bus bandwidth" in s:
+                close()
+            continue
+        seg.append(s)
         r = _row(s.split())
-        if r is not None:
-            rows.append(r)
-    if not rows:
+        if r is None:
+            continue
+        if cur is not None and cur["rows"] and r.size < cur["rows"][-1].size:
+            close()
+        if cur is None:
+            cur = dict(rows=[], line=no)
+        cur["rows"].append(r)
+    close()
+    return tables
+
+
+def _label(t: dict, i: int, op: str | None) -> str:
+    lo, hi = t["rows"][0].size, t["rows"][-1].size
+    return f"{i}: {op or 'collective ?'} {lo}-{hi} B, {len(t['rows'])} rows from line {t['line']}"
+
+
+def parse(text: str, source: str = "<text>", table: int | None = None) -> NcclTable:
+    """The data rows of one nccl-tests run in `text`; ConfigError if there is none. A file holding several runs
+    (several column headers or summaries, or sizes that start again) needs `table` (1-based): merged, the last row
+    of each size would win silently. Lines with a launcher's rank tag ("0: ", "[1,0]<stdout>:") are read."""
+    tables = _tables(text)
+    if not tables:
         raise ConfigError(f"{source} has no nccl-tests rows (size count type redop root time algbw busbw ...)")
-    op = _op_of(text, source)
-    return NcclTable(source=source, op=op, rows=rows, ranks=_ranks(op, rows))
+    file_op = _op_of(text, source)
+    ops = [_op_of(t["text"], "") or file_op for t in tables]
+    if table is None and len(tables) > 1:
+        listing = "; ".join(_label(t, i + 1, o) for i, (t, o) in enumerate(zip(tables, ops)))
+        raise ConfigError(f"{source} holds {len(tables)} nccl-tests runs ({listing}); choose one with --table N")
+    k = 1 if table is None else int(table)
+    if not 1 <= k <= len(tables):
+        raise ConfigError(f"--table={k} is out of range; {source} holds {len(tables)} nccl-tests "
+                          f"run{'s' if len(tables) > 1 else ''} (1..{len(tables)})")
+    rows, op = tables[k - 1]["rows"], ops[k - 1]
+    return NcclTable(source=source, op=op, rows=rows, ranks=_ranks(op, rows), table=k, tables=len(tables))
 
 
-def read(path: str | Path) -> NcclTable:
+def read(path: str | Path, table: int | None = None) -> NcclTable:
+    """parse() of a file (`table`: which run of a file holding several, 1-based)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--compare file {str(p)!r} does not exist")
@@ -169,7 +229,7 @@ def read(path: str | Path) -> NcclTable:
         text = p.read_text(errors="replace")
     except OSError as exc:
         raise ConfigError(f"--compare file {str(p)!r} cannot be read: {exc.strerror or exc}") from None
-    return parse(text, str(p))
+    return parse(text, str(p), table)
 
 
 def geomean_error(predicted, measured) -> float:

@@ -163,7 +163,8 @@ def compare(rows: list[dict], measured: "nccl_tests.NcclTable") -> dict:
     if not out:
         raise ConfigError(f"no size of the sweep is in {measured.source} (it has {min(meas)}..{max(meas)} B)")
     err = nccl_tests.geomean_error([o["predicted_us"] for o in out], [o["measured_us"] for o in out])
-    return dict(source=measured.source, op=measured.op, ranks=measured.ranks, rows=out, geomean_error=err)
+    return dict(source=measured.source, op=measured.op, ranks=measured.ranks, rows=out, geomean_error=err,
+                table=measured.table, tables=measured.tables)
 
 
 def compare_table(cmp: dict) -> str:
@@ -171,5 +172,6 @@ def compare_table(cmp: dict) -> str:
     for o in cmp["rows"]:
         lines.append(f"{o['bytes']:12d} {o['predicted_us']:15.2f} {o['measured_us']:14.2f} {o['ratio']:10.3f}")
     lines.append(f"geomean error {100 * cmp['geomean_error']:.1f}% over {len(cmp['rows'])} sizes "
-                 f"(exp(mean |ln(pred/meas)|) - 1) vs {cmp['source']}")
+                 f"(exp(mean |ln(pred/meas)|) - 1) vs {cmp['source']}"
+                + (f", run {cmp['table']} of {cmp['tables']}" if cmp.get("tables", 1) > 1 else ""))
     return "\n".join(lines)
