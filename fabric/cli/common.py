@@ -121,13 +121,13 @@ def load(preset, config_file, sets, seed, overrides: dict | None = None, faults=
     return with_overrides(cfg, {"faults": cfg.faults + tuple(faults)}) if faults else cfg
 
 
-def config_label(preset, config_file=None, sets=()) -> str:
+def config_label(preset, config_file=None) -> str:
     """What a result's header calls the fabric: the preset, or with a --config file that file over the preset
-    (a --config for a DGX node is not "sd200"), and the --set overrides' count."""
+    (a --config for a DGX node is not "sd200"); --set overrides are in the JSON's meta."""
     from pathlib import Path
-    label = f"{Path(config_file).name} over preset {preset}" if config_file and preset else \
-        Path(config_file).name if config_file else preset or "defaults"
-    return label + (f" + {len(sets)} --set" if sets else "")
+    if config_file:
+        return f"{Path(config_file).name} over preset {preset}" if preset else Path(config_file).name
+    return preset or "defaults"
 
 
 class Shipped(click.ParamType):

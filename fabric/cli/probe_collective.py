@@ -78,7 +78,7 @@ def collective_cmd(op, nbytes, min_bytes, max_bytes, compare_path, table_no, dty
             count_bar(len(byte_sizes), "sizes", not quiet, tick=True) as step:
         rows = sweep(cfg, op, byte_sizes, jobs=jobs, progress=step, algorithm=algorithm, ranks=ranks, engine=engine)
     library = getattr(cfg.collectives, "library", None) or cfg.collectives.policy
-    click.echo(f"{op} on {config_label(preset, config_file, sets)}, {rows[0]['ranks']} ranks, {engine} engine, "
+    click.echo(f"{op} on {config_label(preset, config_file)}, {rows[0]['ranks']} ranks, {engine} engine, "
                f"library {library}")
     click.echo(table(rows, dtype))
     for r in rows:

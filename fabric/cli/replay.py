@@ -147,7 +147,7 @@ def main(trace, preset, config_file, sets, seed, engine, json_path, quiet, timel
     cfg = load(preset, config_file, sets, seed, overrides={"manager.migrate": True} if migrate else None,
                faults=faults)
     with progress_bar(not quiet) as progress:
-        r = replay(trace, cfg, engine=engine, preset=config_label(preset, config_file, sets), progress=progress,
+        r = replay(trace, cfg, engine=engine, preset=config_label(preset, config_file), progress=progress,
                    timeline=timeline_path,
                    jobs=jobs or default_jobs())
     if quiet:
