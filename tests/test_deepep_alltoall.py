@@ -1,0 +1,113 @@
+"""deepep_ll (issue 31 part 5): DeepEP's low-latency all-to-all over NVLink + InfiniBand, as the nccl-like library's
+algorithm (fabric/collectives/alltoall.py): every block delivered once, bytes conserved, every RDMA write
+rail-aligned, both engines within the bound docs/serving.md §HGX deployments states, and faster than NCCL's direct
+all-to-all at decode sizes."""
+import warnings
+
+import numpy as np
+import pytest
+
+from fabric import collectives
+from fabric.collectives import library as lib
+from fabric.collectives.alltoall import block_sizes, deepep_ll_ns
+from fabric.collectives.symbolic import check
+from fabric.config import load_config
+from fabric.errors import ConfigError
+from fabric.experiments.probe_collective import probe_collective
+from fabric.network import build
+from fabric.taskgraph import BUF_OUT, BUF_TMP, TRANSFER
+
+ENGINE_BOUND = 0.20     # |analytic / packet - 1| (docs/serving.md §HGX deployments: measured up to 0.15)
+
+
+def h800(hosts=2, mode="auto"):
+    return load_config("hgx-h800-ib", overrides={"topology.scaleout.hosts": hosts,
+                                                  "collectives.nccl_like.alltoall": mode})
+
+
+def _transfers(frag):
+    t = np.flatnonzero(frag.task_kind == TRANSFER)
+    return (frag.rank[t].astype(np.int64), frag.peer[t].astype(np.int64), frag.sem.dst_buf[t],
+            frag.sem.dst_off[t], frag.sem.length[t])
+
+
+@pytest.mark.parametrize("hosts, nbytes", [(2, 16 * 1000 + 5), (3, 24 * 64 + 23), (2, 0)])
+def test_every_pair_delivered_once_and_bytes_conserved(hosts, nbytes):
+    cfg = h800(hosts)
+    n = 8 * hosts
+    frag = collectives.build("alltoall", "deepep_ll", nbytes, n, cfg)
+    check(frag.to_graph())            # every output byte holds its source's block exactly once, no races
+    sizes, _ = block_sizes(nbytes, n)
+    src, dst, buf, off, length = _transfers(frag)
+    out = buf == BUF_OUT
+    # one store into every (destination, source slot) of the output, none twice
+    slots = dst[out] * n + off[out] // np.maximum(sizes[dst[out]], 1)
+    if nbytes:
+        assert len(np.unique(slots)) == len(slots) == n * (n - 1)
+    # bytes into the outputs = every block but each rank's own; staging bytes = exactly the blocks forwarded
+    assert length[out].sum() == sum((n - 1) * int(sizes[j]) for j in range(n))
+    node, loc = np.arange(n) // 8, np.arange(n) % 8
+    fwd = sum(int(sizes[j]) for i in range(n) for j in range(n) if node[i] != node[j] and loc[i] != loc[j])
+    assert length[buf == BUF_TMP].sum() == fwd
+    assert length[out & (node[src] != node[dst])].sum() == sum(
+        int(sizes[j]) for i in range(n) for j in range(n) if node[i] != node[j] and loc[i] == loc[j])
+
+
+def test_rdma_writes_stay_on_their_rail_and_forwards_stay_in_the_node():
+    cfg = h800(3)
+    n = 24
+    frag = collectives.build("alltoall", "deepep_ll", n * 4096, n, cfg, semantics=True)
+    src, dst, buf, _, _ = _transfers(frag)
+    view = lib.fabric_view(cfg)
+    net = np.array([view.crosses_nic(int(s), int(d)) for s, d in zip(src, dst)])
+    assert net.any()
+    assert (src[net] % 8 == dst[net] % 8).all()            # rail peer: the same position in the other node
+    assert (src[buf == BUF_TMP] // 8 != dst[buf == BUF_TMP] // 8).all()   # staging only across nodes
+    assert not net[buf == BUF_OUT][(src[buf == BUF_OUT] % 8 != dst[buf == BUF_OUT] % 8)].any()
+
+
+def test_one_node_runs_direct_and_the_tuner_offers_it_only_across_nodes():
+    cfg = h800(2)
+    one = collectives.build("alltoall", "deepep_ll", 8 * 512, 8, cfg)
+    assert not (one.sem.dst_buf == BUF_TMP).any()
+    view = lib.fabric_view(cfg)
+    assert [a for a, _ in lib.candidates("alltoall", 8 * 512, 8, cfg.collectives, view)] == ["direct"]
+    assert [a for a, _ in lib.candidates("alltoall", 16 * 512, 16, cfg.collectives, view)] == ["direct", "deepep_ll"]
+    off = h800(2, "direct")          # the default: NCCL's direct only, results as before
+    assert collectives.choose("alltoall", 16 * 512, 16, off).algorithm == "direct"
+    assert load_config("hgx-h100-2x8-ib").collectives.nccl_like.alltoall == "direct"
+
+
+@pytest.mark.parametrize("nbytes", [64 << 10, 1 << 20])
+def test_engines_agree_within_the_documented_bound(nbytes):
+    cfg = h800(2)
+    topo = build(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        t = {e: probe_collective(cfg, "alltoall", nbytes, algorithm="deepep_ll", engine=e, topo=topo)["time_us"]
+             for e in ("analytic", "packet")}
+    assert abs(t["analytic"] / t["packet"] - 1) <= ENGINE_BOUND, t
+
+
+@pytest.mark.parametrize("preset", ["hgx-h800-ib", "hgx-h100-ib"])
+def test_low_latency_path_beats_direct_at_decode_sizes(preset):
+    """A decode step's dispatch: 32 tokens x 7168 B (FP8 hidden) x 8 experts per rank over 16 ranks; and 64 KiB.
+    NCCL's direct posts each remote send through its proxy one after the other (o_p2p_ns); DeepEP writes from the
+    GPU. The tuner (auto) picks it there, and its estimate is within 2x of the engine."""
+    cfg = load_config(preset)
+    topo = build(cfg)
+    view = lib.fabric_view(cfg)
+    for nbytes in (64 << 10, 32 * 7168 * 8):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            t = {a: probe_collective(cfg, "alltoall", nbytes, algorithm=a, engine="packet", topo=topo)["time_us"]
+                 for a in ("direct", "deepep_ll")}
+        assert t["deepep_ll"] < 0.5 * t["direct"], t
+        assert collectives.choose("alltoall", nbytes, 16, cfg).algorithm == "deepep_ll"
+        est = deepep_ll_ns(view, nbytes, 16, cfg.collectives) / 1000
+        assert 0.5 < est / t["deepep_ll"] < 2, (est, t)
+
+
+def test_an_unknown_alltoall_mode_is_one_clear_error():
+    with pytest.raises(ConfigError, match="collectives.nccl_like.alltoall"):
+        load_config("hgx-h800-ib", overrides={"collectives.nccl_like.alltoall": "deepep"})
