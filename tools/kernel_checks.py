@@ -30,6 +30,12 @@ FA3 = [  # (head dim, causal, chart id, TFLOPS at 512, 1k, 2k, 4k, 8k, 16k)
 ]
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 
+# FlashAttention-2 paper (Dao, arXiv 2307.08691), abstract: "reaching 50-73% of the theoretical maximum FLOPs/s on
+# A100"; the 73 % is its forward pass, the best case of its benchmark (batch x seqlen = 16k, hidden 2048): compared
+# with the model's best case there, head dim 128, 16k tokens, non-causal.
+FA2_URL = "https://arxiv.org/abs/2307.08691 (abstract)"
+FA2_A100_FRACTION = 0.73
+
 # vllm-omni PR 1923 (github.com/vllm-project/vllm-omni/pull/1923): NVIDIA H200, fa3-fwd, bf16, diffusion attention
 # (non-causal), batch 1, 24 heads of 128: latency in us.
 OMNI_URL = "https://github.com/vllm-project/vllm-omni/pull/1923"
@@ -90,6 +96,13 @@ def rows() -> list[dict]:
             out.append(_row("prefill-attention", FA3_URL.format(chart), "h100",
                             f"FA3 fwd {'causal' if causal else 'non-causal'}, d {d}, {heads} heads, "
                             f"{seqs} x {L} tokens", flops / tf / 1e6, _finish(h100, params_of(h100), parts, "graph")))
+    a100 = load_chip("a100")
+    flops = 4.0 * 16 * 16384 * 16384 * 128                             # 16 heads of 128 over 16k tokens
+    parts = prefill_attention_parts(a100, params_of(a100), 16384, 1, 16, 16384, 2 * 128 * ACT,
+                                    16384 * 16 * 2 * 128 * ACT, 128, 128, causal=False)
+    out.append(_row("prefill-attention", FA2_URL, "a100", "FA2 fwd non-causal, d 128, 16 heads, 1 x 16384 tokens",
+                    flops / (FA2_A100_FRACTION * a100.peak_tflops["bf16"]) / 1e6,
+                    _finish(a100, params_of(a100), parts, "graph")))
     for L, us in OMNI:
         parts = prefill_attention_parts(h200, params_of(h200), L, 1, 24, L, 2 * 128 * ACT, L * 24 * 2 * 128 * ACT,
                                         128, 128, causal=False)

@@ -59,7 +59,7 @@ def probe_kernel(chip: str, op: str, shape=(), tokens: int = 1, dtype: str = "bf
 @click.command("kernel", cls=Command,
                help="Predict the time of one kernel on a chip profile (shape-aware model): compute, memory, "
                     "latency and launch cost, and which one bounds it.")
-@click.option("--chip", default="h200", show_default=True, help="chip profile (h200, h100, sd200-accelerator) "
+@click.option("--chip", default="h200", show_default=True, help="chip profile (h200, h100, a100, sd200-accelerator) "
                                                                 "or a profile .toml")
 @click.option("--op", type=click.Choice(OPS), default="linear", show_default=True, help="kernel type")
 @click.option("--shape", default=None, metavar="IN,OUT",

@@ -117,7 +117,7 @@ def _num(d: dict, key: str, where: str, lo: float = 0.0, hi: float = math.inf, l
 
 
 def load_chip(name: str) -> ChipProfile:
-    """A built-in profile by name (h200, h100, sd200-accelerator) or a path to a TOML file of the same layout."""
+    """A built-in profile by name (h200, h100, a100, sd200-accelerator) or a path to a TOML file of the same layout."""
     if name.endswith(".toml") and Path(name).is_file():
         text, where = Path(name).read_text(), name
     else:
