@@ -270,3 +270,56 @@ def test_cli_probe_kernel(tmp_path):
         res = CliRunner().invoke(kernel_cmd, args)
         assert res.exit_code == 2, (args, res.output)
         assert res.output.startswith("error: ") and res.output.count("\n") == 1, (args, res.output)
+
+
+def test_cli_probe_prefill_grouped_and_inputs(tmp_path):
+    """Issue 32's probe options: causal prefill attention (--phase prefill --tokens N --ctx N), grouped GEMMs by
+    --tokens-per-group, and --inputs l2 for a small kernel; each bad value one line, exit 2."""
+    from fabric.cli.probe_kernel import kernel_cmd
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(kernel_cmd, ["--op", "attention", "--phase", "prefill", "--tokens", "4096", "--ctx",
+                                          "4096", "--heads", "16", "--kv-heads", "16", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(out.read_text())
+    assert d["path"] == "flash-prefill" and d["regime"] == "compute" and "causal prefill" in res.output
+    # causal over a 4096-token prompt from position 0: the mean query sees (4096 + 1) / 2 keys
+    assert d["flops"] == pytest.approx(2.0 * 4096 * 16 * 2048.5 * 256)
+    # a longer prefix costs more than the prompt alone, and two sequences of half the prompt less
+    longer = predict(load_chip("h200"), "attention", phase="prefill", tokens=4096, ctx=8192, heads=16, kv_heads=16)
+    split = predict(load_chip("h200"), "attention", phase="prefill", tokens=4096, ctx=2048, seqs=2, heads=16,
+                    kv_heads=16)
+    assert longer["time_ns"] > 1.5 * d["time_ns"] > 1.5 * split["time_ns"]
+    res = CliRunner().invoke(kernel_cmd, ["--op", "grouped", "--shape", "7168,4096", "--groups", "8",
+                                          "--tokens-per-group", "2048", "--dtype", "fp8", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(out.read_text())
+    assert d["tokens"] == 2048 and d["flops"] == 2.0 * 8 * 2048 * 7168 * 4096 and d["regime"] == "compute"
+    hbm = predict(load_chip("h200"), "norm", shape=(7168,))
+    res = CliRunner().invoke(kernel_cmd, ["--op", "norm", "--shape", "7168", "--inputs", "l2", "--json", str(out)])
+    assert res.exit_code == 0 and json.loads(out.read_text())["time_ns"] < hbm["time_ns"]
+    for args in (["--op", "attention", "--phase", "prefill", "--tokens", "4096", "--ctx", "100"],
+                 ["--op", "attention", "--phase", "prefill", "--tokens", "4096", "--seqs", "3", "--ctx", "8192"],
+                 ["--op", "attention", "--phase", "prefill", "--seqs", "0"],
+                 ["--op", "linear", "--shape", "7,7", "--tokens-per-group", "4"],
+                 ["--op", "grouped", "--shape", "7,7", "--tokens-per-group", "0"],
+                 ["--op", "norm", "--shape", "7", "--inputs", "l3"], ["--op", "attention", "--phase", "append"]):
+        res = CliRunner().invoke(kernel_cmd, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert res.output.startswith("error: ") and res.output.count("\n") == 1, (args, res.output)
+
+
+def test_small_kernel_inputs_in_l2_only_where_a_cache_is_modelled():
+    """A decode step's norms read the residual stream from L2 on h200 (faster than from HBM) but not on
+    sd200-accelerator, which models no cache (its calibrated TPOT stays as it was)."""
+    from fabric.capture import resolve_model
+    from fabric.capture.graph import analytic_graph
+    from fabric.capture.kernels import logical_op_time
+    from fabric.capture.spec import spec_from_config
+    spec = spec_from_config(resolve_model("deepseek-r1")[1], "deepseek-r1")
+    norm = next(op for op in analytic_graph(spec, 4096) if op.op == "norm")
+    for name, faster in (("h200", True), ("sd200-accelerator", False)):
+        chip = load_chip(name)
+        got = logical_op_time(chip, norm, 64, 1, "bf16")["time_ns"]
+        no_l2 = logical_op_time(dataclasses.replace(chip, kernels=dataclasses.replace(chip.kernels, l2_mib=0.0)),
+                                norm, 64, 1, "bf16")["time_ns"]
+        assert (got < no_l2) == faster and got <= no_l2, name
