@@ -41,6 +41,9 @@ COUNTS = {
     # 2 x 4 planes + 8 rail switches + 1 spine; 18 NVLinks, GPU-NIC, NIC-rail per GPU; 8 rails x 2 uplinks
     "hgx-h100-2x8-ib": (16, 17, 16, 16 * (18 + 2) + 8 * 2),
     "hgx-h200-2x8-roce": (16, 17, 16, 16 * (18 + 2) + 8 * 2),
+    # 2 x 4 planes + 8 rail switches + 8 spines; per GPU its NVLinks, GPU-NIC, NIC-rail; 8 rails x 8 spines x 1 uplink
+    "hgx-h100-ib": (16, 24, 16, 16 * (18 + 2) + 8 * 8),
+    "hgx-h800-ib": (16, 24, 16, 16 * (8 + 2) + 8 * 8),   # 8 NVLinks per H800
 }
 
 
