@@ -153,3 +153,14 @@ def test_results_carry_the_source_commit(tmp_path, monkeypatch):
         assert version_meta()["version"] == fabric.__version__
     finally:
         _source.commit.cache_clear()
+
+
+def test_setup_py_names_the_setuptools_it_needs(monkeypatch):
+    """`python setup.py build_ext --inplace` with a setuptools too old for the SPDX licence is one line naming the
+    fix (setuptools' own error is a page of JSON schema)."""
+    import runpy
+
+    import setuptools
+    monkeypatch.setattr(setuptools, "__version__", "65.5.0")
+    with pytest.raises(SystemExit, match=r"setuptools 65\.5\.0 .* pip install 'setuptools>=77'"):
+        runpy.run_path(str(ROOT / "setup.py"))
