@@ -17,7 +17,9 @@ from fabric.experiments.probe_collective import probe_collective
 from fabric.network import build
 from fabric.taskgraph import BUF_OUT, BUF_TMP, TRANSFER
 
-ENGINE_BOUND = 0.20     # |analytic / packet - 1| (docs/serving.md §HGX deployments: measured up to 0.15)
+# |analytic / packet - 1| at decode sizes, <= 1 MiB a rank (docs/serving.md §HGX deployments: measured up to 0.11;
+# up to 0.22 at >= 4 MiB over 4 nodes, where the forwarding GPUs' NVLink ports queue in the packet engine)
+ENGINE_BOUND = 0.15
 
 
 def h800(hosts=2, mode="auto"):
@@ -78,9 +80,9 @@ def test_one_node_runs_direct_and_the_tuner_offers_it_only_across_nodes():
     assert load_config("hgx-h100-2x8-ib").collectives.nccl_like.alltoall == "direct"
 
 
-@pytest.mark.parametrize("nbytes", [64 << 10, 1 << 20])
-def test_engines_agree_within_the_documented_bound(nbytes):
-    cfg = h800(2)
+@pytest.mark.parametrize("hosts, nbytes", [(2, 64 << 10), (2, 1 << 20), (4, 1 << 20)])
+def test_engines_agree_within_the_documented_bound(hosts, nbytes):
+    cfg = h800(hosts)
     topo = build(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
