@@ -197,6 +197,16 @@ def test_a_trace_recorded_from_pytorch_imports_as_chakras_feeder_reads_it(pytorc
     assert dropped.meta["chakra_import"]["cpu_ops_as"] == "drop"
 
 
+def test_an_imported_pytorch_trace_exports_and_imports_back_the_same(pytorch_dir, tmp_path):
+    """Host ops go out as CPU operators (is_cpu_op) and come back as the same host ops, exactly."""
+    tr = chakra.import_trace(pytorch_dir)
+    chakra.export_trace(tr, tmp_path)
+    chunks = list(S.unframe((tmp_path / "fabric.0.et").read_bytes()))
+    host = tr.ops[0].stream >= T.HOST_STREAM
+    assert [chakra._attrs(S.Node.FromString(c))["is_cpu_op"] for c in chunks[1:]] == list(host)
+    same_trace(tr, chakra.import_trace(tmp_path))
+
+
 def test_replay_reports_host_time_apart_from_compute(pytorch_dir, tmp_path):
     from fabric.config import load_config
     from fabric.replay import replay

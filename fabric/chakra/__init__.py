@@ -49,7 +49,8 @@ def _node(t: T.OpTable, i: int, rank: int, sizes: np.ndarray) -> bytes:
     kind = int(t.kind[i])
     n = S.Node(id=i, name=str(t.name[i]), data_deps=[int(d) for d in t.deps(i)],
                duration_micros=int(round(float(t.duration_ns[i]) / 1e3)))
-    attrs = [_attr("is_cpu_op", bool_val=False), _attr("fabric.stream", int32_val=int(t.stream[i])),
+    attrs = [_attr("is_cpu_op", bool_val=bool(t.stream[i] >= T.HOST_STREAM)),     # host ops: CPU operators
+             _attr("fabric.stream", int32_val=int(t.stream[i])),
              _attr("fabric.layer", int32_val=int(t.layer[i])), _attr("fabric.module", string_val=str(t.module[i]))]
     if kind == T.KIND_COMPUTE:
         n.type = S.COMP_NODE
@@ -265,7 +266,7 @@ def _row(n, a: dict, groups: dict, path, stream: int, host: bool) -> dict:
     row = dict(name=n.name, stream=int(a.get("fabric.stream", stream)), layer=int(a.get("fabric.layer", -1)),
                module=str(a.get("fabric.module", "host" if host else "")))
     if host:                            # host time: the CPU is busy, no accelerator flops or bytes
-        row.update(kind=T.KIND_COMPUTE, duration_ns=n.duration_micros * 1e3)
+        row.update(kind=T.KIND_COMPUTE, duration_ns=float(a.get("fabric.duration_ns", n.duration_micros * 1e3)))
     elif n.type in (S.COMP_NODE, S.MEM_LOAD_NODE, S.MEM_STORE_NODE):
         row.update(kind=T.KIND_COMPUTE, duration_ns=float(a.get("fabric.duration_ns", n.duration_micros * 1e3)),
                    flops=float(a.get("fabric.flops", a.get("num_ops", 0))),
@@ -351,7 +352,8 @@ def import_trace(in_dir, cpu_ops: str = "host") -> T.Trace:
         schema_version=T.SCHEMA_VERSION, model=Path(in_dir).name, model_config={},
         plan=dict(tp=len(files), ep=1, dp=1, n_ranks=len(files)), batch=1, context=0, chip="unknown",
         tool="chakra-import", tool_version=__version__)
-    if "fabric.meta_json" not in meta0 or any(totals.values()):
+    changed = any(totals[k] for k in IMPORT_COUNTS if k != "cpu_ops") or (cpu_ops == "drop" and totals["cpu_ops"])
+    if "fabric.meta_json" not in meta0 or changed:   # a trace fabric wrote keeps its meta unless the import changed it
         meta["chakra_import"] = dict(totals, cpu_ops_as=cpu_ops)
     trace = T.Trace(meta=meta, n_ranks=len(files), groups=groups, ops=ops)
     problems = T._check_trace(trace)
