@@ -97,3 +97,22 @@ def test_a_chain_of_credit_waits_behind_a_dead_link_is_not_a_cycle():
     assert r.outcome == "stuck" and r.stuck["cycle"] == []
     waits = [q for q in r.stuck["queues"] if q["in_ch"] >= 0 and q["credits"] < q["needed"]]
     assert any(q["channel"] == dead for q in waits)                               # something waits for it
+
+
+@pytest.mark.parametrize("watchdog_ns", [1e5, 1e6])
+def test_the_watchdog_fires_on_a_forced_livelock_within_its_bound(watchdog_ns):
+    """Issue 33 item 8: a link that corrupts every unit replays and retrains forever, events never stop, nothing
+    progresses (no unit accepted from t=0). The watchdog must stop the run after watchdog_ns without progress, at
+    its first check past that (every 1024 events), never before: an event budget 20x that long makes a watchdog
+    that never fires a failure here, not a hang."""
+    from fabric._check_build import kernel
+    cfg = load_config(preset="link", overrides={"phy.ber": 0.05, "sim.watchdog_ns": watchdog_ns,
+                                                "txn.max_payload_bytes": 256})
+    graph = transfer_graph(0, 1, 256 * 100)
+    twin = sim.make_engine(cfg, build(cfg), graph)          # the same run, stopped where the bound lies
+    assert twin.run(max_events=10**7, until_ps=int(watchdog_ns * 1000)) == kernel.PAUSED
+    first_check_past = (twin.events // 1024 + 1) * 1024
+    eng = sim.make_engine(cfg, build(cfg), graph)
+    assert eng.run(max_events=20 * first_check_past) == kernel.STUCK
+    assert eng.totals()["delivered"] == 0 and eng.totals()["tasks_left"] == 1
+    assert eng.now_ps > watchdog_ns * 1000 and eng.events <= first_check_past
