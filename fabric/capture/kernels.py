@@ -11,7 +11,9 @@ into C CTAs (thread blocks) spread over the chip's `sms` compute units:
     t_bw   = b / beta_sm + D / (eta * hbm)              the first CTA's serial stream (pipeline fill), then all D
                                                         bytes at the sustained HBM ceiling
     t_mem  = max(t_lat, t_bw)
-    t_comp = W * flops_per_cta / (peak[dtype] / sms * eta_c)      tiles padded to the MMA shape, wave-quantised
+    t_comp = W * (flops_per_cta / (peak[dtype] / sms * eta_c) + e / (B / sms))
+                                                        tiles padded to the MMA shape, wave-quantised; a GEMM
+                                                        tile's output store e follows its main loop
     body   = latency_ns + max(t_mem, t_comp)            latency_ns = round_trips x gemv_inflight / beta_sm: the
                                                         prologue of a matrix / attention kernel (load the
                                                         activations, then the first weights); 0 for small kernels
@@ -24,13 +26,17 @@ waits for the host, max(queue_ns + body, eager_ns)).
 Kernel shapes:
   matrix     G independent (M x K) @ (K x N) products (linear: G = 1; batched / grouped GEMM: G > 1).
              M <= gemv_max_tokens runs as a GEMV-class kernel (gemv_tile_n outputs per CTA, the whole K per CTA),
-             larger M as a tiled GEMM (gemm_tile_m x gemm_tile_n). Few output tiles and a long K: split-K into S
+             larger M as a tiled GEMM (gemm_tile_m rows; the N tile from gemm_tile_n_min to gemm_tile_n with the
+             fewest waves, then the fullest last wave). Few output tiles and a long K: split-K into S
              slices (enough CTAs for one wave, each slice >= splitk_min_k) and a reduce kernel over S fp32 partials.
   attention  decode attention over L cached tokens (flash-decoding / split-KV): one CTA per (sequence, KV group,
              KV split); a combine kernel merges the splits. Prefill attention (a mixed step's prompt tokens,
-             FlashAttention): one CTA per (query tile, head), each over the keys its tokens attend to.
+             FlashAttention): one CTA per (query tile, head), each over the keys its tokens attend to in blocks that
+             cost two MMAs at the dense peak then their exponentials at exp_tops; CTAs list-scheduled.
   rows       one CTA per row (RMSNorm, softmax, top-k, embedding gather).
   elementwise elem_per_cta elements per CTA (activations, RoPE, residual add, copy / cat).
+             Rows and elementwise kernels read an input their producer just wrote from L2 when it fits (l2_mib):
+             the same stream over the shorter L2 latency (sm_gbps / l2_latency_ratio).
 """
 from __future__ import annotations
 
@@ -381,7 +387,7 @@ def predict(chip, op: str, *, shape: tuple = (), tokens: int = 1, dtype: str = "
     if inputs not in ("hbm", "l2"):
         raise ConfigError(f"--inputs {inputs!r} must be hbm or l2")
     w = WEIGHT_BYTES[dtype]
-    src = input_source(kp, float("inf")) if inputs == "hbm" else "l2"
+    src = inputs
     if op in ("linear", "bmm", "grouped"):
         K, N = shape
         parts = matrix_parts(chip, kp, groups, tokens, K, N, w, COMPUTE_DTYPE[dtype], fused)
