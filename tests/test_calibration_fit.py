@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("scipy")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "fit_nccl_like"))
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "fit_nccl_like"
+sys.path.insert(0, str(TOOL))
+for _name in ("fit", "model", "parse"):   # the tool's modules have generic names: not another package's
+    if Path(getattr(sys.modules.get(_name), "__file__", None) or TOOL / "x").parent != TOOL:
+        sys.modules.pop(_name)
 import fit  # noqa: E402
 import model  # noqa: E402
 
