@@ -263,3 +263,9 @@ def test_collectives_without_a_type_go_by_their_name_or_are_skipped(tmp_path):
 def test_an_unknown_cpu_ops_choice_is_refused(tmp_path):
     with pytest.raises(TraceError, match="cpu_ops='keep': choose one of host, drop"):
         chakra.import_trace(tmp_path, cpu_ops="keep")
+
+
+def test_a_bad_cpu_ops_option_is_one_line(tmp_path):
+    r = CliRunner().invoke(trace_cli, ["import-chakra", str(DATA / "chakra_astra_sim" / "all_reduce_8npus_1MB"),
+                                       "-o", str(tmp_path / "t.h5"), "--cpu-ops", "keep"])
+    assert r.exit_code == 2 and "'keep' is not one of 'host', 'drop'" in r.output and r.output.count("\n") == 1
