@@ -107,3 +107,11 @@ def test_alltoall_is_paced_by_the_copy_loop():
     for engine in ("analytic", "packet"):
         r = probe_collective(cfg, "alltoall", M, engine=engine)
         assert bound_us < r["time_us"] < 1.02 * bound_us + 100
+
+
+def test_forced_algorithms_where_the_preset_has_them():
+    """--algorithms forces an algorithm on the presets whose library and fabric have it (issue 32 item 3)."""
+    assert EA.runs_on("hgx-h100-2x8-ib", "allreduce", "tree") and not EA.runs_on("dgx-h100", "allreduce", "tree")
+    assert EA.runs_on("sd200", "allreduce", "twoshot") and not EA.runs_on("dgx-a100", "allreduce", "nvls")
+    rows = EA.run(["dgx-a100"], ["allreduce"], [4096], jobs=1, algorithms=("ring", "nvls"))
+    assert [(r["algorithm"], r["forced"]) for r in rows] == [("ring", True)]

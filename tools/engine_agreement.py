@@ -2,16 +2,20 @@
 
     python tools/engine_agreement.py                      # the issue-16 presets, allreduce/allgather/reduce_scatter
     python tools/engine_agreement.py -p dgx-h100 --ops allreduce --min-bytes 8 --max-bytes 16M --factor 4
+    python tools/engine_agreement.py --algorithms ring,tree,nvls_tree --min-bytes 16M --max-bytes 1G \
+        --json docs/data/engine_agreement_forced.json        # forced algorithms up to 1 GB (issue 32 item 3)
 
 Runs `fabric.experiments.probe_collective.probe_collective` with each preset's own library (the nccl-like profile on
 every issue-16 preset) at sizes min, min x factor, ... and max, on the packet and on the analytic engine, over
-every accelerator of the preset, and prints per size the algorithm the tuner picked and the ratio analytic /
-packet, then the worst |ratio - 1| per preset. Exit status 1 when the worst is above --tolerance (default 5 %:
+every accelerator of the preset (--ranks: the first N), and prints per size the algorithm the tuner picked (or the
+one --algorithms forces; an algorithm a preset's library or fabric does not have is left out for that preset) and
+the ratio analytic / packet, then the worst |ratio - 1| per preset. Exit status 1 when the worst is above --tolerance (default 5 %:
 "the packet and analytic engines agree within 5 % on every preset above for 8 B .. 16 MB").
 docs/calibration.md §Engine agreement quotes the committed output.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import warnings
@@ -39,21 +43,38 @@ def size_steps(lo: int, hi: int, factor: int) -> list[int]:
     return out + [hi]
 
 
-def agreement(preset: str, op: str, nbytes: int) -> dict:
-    """One size on both engines: times, what the library ran, and analytic / packet."""
+def agreement(preset: str, op: str, nbytes: int, algorithm: str | None = None, ranks: int | None = None) -> dict:
+    """One size on both engines: times, what the library ran (`algorithm` forces one), and analytic / packet."""
     cfg = load_config(preset)
     topo = build(cfg)
     with warnings.catch_warnings():     # nccl-like's clamp notice where a fabric hop exceeds a fitted step
         warnings.simplefilter("ignore", UserWarning)
-        got = {e: probe_collective(cfg, op, nbytes, engine=e, topo=topo) for e in ("packet", "analytic")}
+        got = {e: probe_collective(cfg, op, nbytes, engine=e, topo=topo, algorithm=algorithm, ranks=ranks)
+               for e in ("packet", "analytic")}
     p, a = got["packet"], got["analytic"]
     return dict(preset=preset, op=op, bytes=nbytes, ranks=p["ranks"], algorithm=p["algorithm"],
-                protocol=p.get("protocol"), channels=p.get("channels"), packet_us=p["time_us"],
-                analytic_us=a["time_us"], ratio=a["time_us"] / p["time_us"])
+                forced=algorithm is not None, protocol=p.get("protocol"), channels=p.get("channels"),
+                packet_us=p["time_us"], analytic_us=a["time_us"], ratio=a["time_us"] / p["time_us"])
 
 
-def run(presets, ops, byte_sizes, jobs: int | None = None, progress=None) -> list[dict]:
-    pts = [(p, o, s) for p in presets for o in ops for s in byte_sizes]
+def runs_on(preset: str, op: str, algorithm: str | None, ranks: int | None = None) -> bool:
+    """Whether the preset's library and fabric have `algorithm` for `op` (None: the library's own choice)."""
+    if algorithm is None:
+        return True
+    from fabric.collectives import library, policy
+    cfg = load_config(preset)
+    if cfg.collectives.library == "sd200":
+        return algorithm in policy.CANDIDATES.get(op, ("direct",))
+    view = library.fabric_view(cfg)
+    n = ranks or view.topo.n_ranks
+    cc = dataclasses.replace(cfg.collectives, policy="auto")
+    return algorithm in {a for a, _ in library.candidates(op, 1, n, cc, view)}
+
+
+def run(presets, ops, byte_sizes, jobs: int | None = None, progress=None, algorithms=(None,),
+        ranks: int | None = None) -> list[dict]:
+    pts = [(p, o, s, a, ranks) for p in presets for o in ops for a in algorithms if runs_on(p, o, a, ranks)
+           for s in byte_sizes]
     return pool.pmap(agreement, pts, jobs, progress)
 
 
@@ -66,10 +87,14 @@ def table(rows: list[dict]) -> str:
              f"chosen"]
     for r in rows:
         lines.append(f"{r['preset']:18s} {r['op']:14s} {r['bytes']:9d} {r['packet_us']:10.2f} {r['analytic_us']:11.2f} "
-                     f"{r['ratio']:7.3f}  {r['algorithm']}/{r['protocol']}/{r['channels']}")
+                     f"{r['ratio']:7.3f}  {r['algorithm']}/{r['protocol']}/{r['channels']}"
+                     f"{' (forced)' if r.get('forced') else ''}")
     lines.append("")
     for p in dict.fromkeys(r["preset"] for r in rows):
-        w = worst([r for r in rows if r["preset"] == p])
+        mine = [r for r in rows if r["preset"] == p]
+        if not mine:
+            continue
+        w = worst(mine)
         lines.append(f"worst {p:18s} {100 * (w['ratio'] - 1):+6.2f}%  ({w['op']} {w['bytes']} B, "
                      f"{w['algorithm']}/{w['protocol']})")
     return "\n".join(lines)
@@ -83,10 +108,14 @@ def table(rows: list[dict]) -> str:
 @click.option("--factor", default=4, show_default=True, type=click.IntRange(2, 1024))
 @click.option("--tolerance", default=0.05, show_default=True, type=click.FloatRange(0, 10),
               help="exit 1 when some |analytic/packet - 1| is above this")
+@click.option("--algorithms", default="auto", show_default=True,
+              help="comma separated; auto = the library's choice, a name forces that algorithm where the preset has "
+                   "it (e.g. ring,tree,nvls_tree; sd200: oneshot,twoshot,ring)")
+@click.option("--ranks", default=None, type=click.IntRange(2, 1 << 20), help="group: ranks 0..N-1 [default: all]")
 @click.option("--jobs", default=None, type=click.IntRange(1, 256), help="processes [default: the cores]")
 @click.option("--json", "json_path", default=None, help="write the rows as JSON")
 @friendly
-def main(presets, ops, min_bytes, max_bytes, factor, tolerance, jobs, json_path):
+def main(presets, ops, min_bytes, max_bytes, factor, tolerance, algorithms, ranks, jobs, json_path):
     lo = nccl_tests.parse_size(min_bytes, "--min-bytes")
     hi = nccl_tests.parse_size(max_bytes, "--max-bytes")
     if hi < lo:
@@ -97,7 +126,12 @@ def main(presets, ops, min_bytes, max_bytes, factor, tolerance, jobs, json_path)
         raise ConfigError(f"--ops={','.join(bad)!r} is not allowed; use a comma-separated list of {', '.join(ALL_OPS)}")
     for p in presets:
         load_config(p)          # an unknown preset: one line before any run
-    rows = run(presets or PRESETS, ops, size_steps(lo, hi, factor), jobs)
+    algs = tuple(None if a.strip() == "auto" else a.strip() for a in algorithms.split(",") if a.strip())
+    if not algs:
+        raise ConfigError("--algorithms is empty; give auto or algorithm names, comma separated")
+    rows = run(presets or PRESETS, ops, size_steps(lo, hi, factor), jobs, algorithms=algs, ranks=ranks)
+    if not rows:
+        raise ConfigError(f"no preset given has --algorithms={algorithms} for --ops={','.join(ops)}")
     print(table(rows))
     if json_path:
         with open(json_path, "w") as f:
