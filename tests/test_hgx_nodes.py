@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from fabric.cli.probe import main as probe
 from fabric.collectives import library as lib
 from fabric.config import load_config
-from fabric.network import build
+from fabric.network import build, size_estimate
 from fabric.topology import NIC, SWITCH
 
 
@@ -34,6 +34,8 @@ def test_any_number_of_nodes(hosts):
     assert nics == (8 * hosts if hosts > 1 else 0)          # one ConnectX-7 per GPU; a single node has none on
     # 4 NVSwitch planes per node, plus 8 rails and 8 spines once there is a network
     assert int((t.node_kind == SWITCH).sum()) == 4 * hosts + (16 if hosts > 1 else 0)
+    est = size_estimate(load_config("hgx-h800-ib", overrides={"topology.scaleout.hosts": hosts}))
+    assert (est["ranks"], est["switches"]) == (t.n_ranks, int((t.node_kind == SWITCH).sum()))
 
 
 def test_routes_between_nodes_stay_on_the_rail_unless_they_change_rail():

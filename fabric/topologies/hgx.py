@@ -1,5 +1,6 @@
 """hgx: HGX/DGX-class hosts, every accelerator's ports spread over parallel in-host switch chips (planes); with
-more than one host, NICs on the scale-out network of [topology.scaleout] (fabric.topologies.scaleout_roce)."""
+more than one host (any number: topology.scaleout.hosts), NICs on the scale-out network of [topology.scaleout]
+(fabric.topologies.scaleout_roce)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,8 +62,15 @@ def build(cfg):
 
 
 def size(cfg) -> Size:
-    s = cfg.topology.scaleout
-    return Size(s.hosts * cfg.topology.accels_per_domain, s.hosts * cfg.topology.hgx.switch_planes + 1, 2.0)
+    """Any number of hosts: the switch planes of every host plus the scale-out switches (none for one host), and
+    the mean of each route's fewest channels: 2 inside a host (GPU, switch, GPU), 4 between hosts (GPU, NIC, rail
+    switch, NIC, GPU)."""
+    t, s = cfg.topology, cfg.topology.scaleout
+    H, A = s.hosts, t.accels_per_domain
+    R = H * A
+    net = 0 if H == 1 else (s.nics_per_host + s.rail_spines if s.switches == "rails" else 1)
+    hops = (2.0 * (A - 1) + 4.0 * (R - A)) / (R - 1) if R > 1 else 2.0
+    return Size(R, H * t.hgx.switch_planes + net, hops)
 
 
 register(Kind("hgx", "hosts with parallel switch planes and rail-aligned NICs (HGX/DGX class)", build, size,
