@@ -20,7 +20,7 @@ BOUNDS = dict(L=(1, 40), Lx=(0, 10), L_sym=(0.5, 10), h_LL=(0.1, 3), h_LL128=(0.
               d_net=(0.5, 30), F_S=(0.0, 300), k_LL=(0.05, 2), eta_nvl=(0.3, 1.0),
               k_nvls=(0.3, 1.35), s_ib=(0.3, 1.11), s_roce=(0.3, 1.05), lat_gke=(0.0, 30), g_nLL=(0.1, 1),
               g_nLL128=(0.05, 1), o_p2p=(0, 20), r_h_90=(0.3, 3), r_h_100=(0.3, 3),
-              r_L_90=(0.3, 3))
+              r_L_90=(0.3, 3), k_nvl=(0.3, 1.25))
 
 
 def rows_by_table(pcie=False):
@@ -142,7 +142,8 @@ def fit_pcie(P):
 # What a constant falls back to when the tables left in a leave-one-out refit do not determine it: the published
 # figure it scales (factor 1), NCCL's own tuner latency (src/graph/tuning.cc hwLat, NVLink ring), or no extra cost.
 PRIORS = dict(k_nvls=1.0, k_LL=1.0, k_LL128=1.0, g_nLL=1.0, g_nLL128=1.0, s_ib=1.0, s_roce=1.0, lat_gke=0.0, F_S=0.0,
-              o_p2p=0.0, h_LL=0.6, h_LL128=1.9, h_S=3.4, L_sym="L", r_h_90=1.0, r_h_100=1.0, r_L_90=1.0)
+              o_p2p=0.0, h_LL=0.6, h_LL128=1.9, h_S=3.4, L_sym="L", r_h_90=1.0, r_h_100=1.0, r_L_90=1.0,
+              k_nvl=1.0)
 
 
 def determined_by(tabs, P, names=None):
@@ -211,17 +212,21 @@ if __name__ == "__main__":
     if "--loo" in sys.argv:      # from the committed constants (model.PARAMS), no new full fit
         report_loo(tabs, model.PARAMS, *leave_one_out(tabs, model.PARAMS))
         sys.exit(0)
-    if "--gen-steps" in sys.argv:  # the rejected variant: better in-sample, worse held out (README section 2b)
-        names = NAMES + list(GEN_STEPS)
-        P, r = fit(tabs, starts=1, names=names)
-        print("per-generation factors (Ampere = 1): %s; fit cost %.5f" % (
-            ", ".join("%s %.3f" % (k, P[k]) for k in GEN_STEPS), r.cost))
-        report(tabs, P, verbose=False)
-        loo, dets = leave_one_out(tabs, P, names)
-        for k in GEN_STEPS:
-            NAMES.append(k)
-        report_loo(tabs, P, loo, dets)
-        sys.exit(0)
+    # rejected variants, each better in-sample and worse held out (README section 2b): per-generation step / launch
+    # factors, or the Simple NVLink efficiency per generation from NCCL's per-link NVLink rates (eta_nvl = k_nvl x
+    # nvl_ref[arch] instead of one eta_nvl)
+    variant = {"--gen-steps": list(GEN_STEPS), "--nvlink-arch": ["k_nvl"]}
+    for flag, extra in variant.items():
+        if flag in sys.argv:
+            NAMES[:] = [k for k in NAMES if not (flag == "--nvlink-arch" and k == "eta_nvl")] + extra
+            model.PARAMS.update({k: 1.0 for k in extra})
+            if flag == "--nvlink-arch":
+                model.PARAMS["k_nvl"] = model.PARAMS.pop("eta_nvl") / model.HW["A100"]["nvl_ref"]
+            P, r = fit(tabs, starts=1)
+            print("%s: %s; fit cost %.5f" % (flag, ", ".join("%s %.3f" % (k, P[k]) for k in extra), r.cost))
+            report(tabs, P, verbose=False)
+            report_loo(tabs, P, *leave_one_out(tabs, P))
+            sys.exit(0)
     P, r = fit(tabs, starts=int(sys.argv[1]) if len(sys.argv) > 1 else 8)
     print("fit cost %.5f (sum of squared weighted log residuals / 2)" % r.cost)
     report(tabs, P)

@@ -24,10 +24,12 @@ HW = {
     # factor shared by all generations (k_nvls, k_LL, k_LL128): the generation enters only through NCCL's figures.
     # NCCL's latencies (baseLat, hwLat) are the same for every generation, so per-step and launch constants are
     # shared too (a per-generation step factor fitted to 1.00 for Hopper and Blackwell: README section 2).
-    "A100": dict(nvl=300.0, nvls=False, nvls_ref=0.0, ll_ref=87.7, ll128_ref=20.0, arch=80),
-    "H100": dict(nvl=450.0, nvls=True, nvls_ref=0.85, ll_ref=141.0, ll128_ref=36.7, arch=90),
-    "H200": dict(nvl=450.0, nvls=True, nvls_ref=0.85, ll_ref=141.0, ll128_ref=36.7, arch=90),
-    "B200": dict(nvl=900.0, nvls=True, nvls_ref=0.74, ll_ref=282.0, ll128_ref=40.0, arch=100),
+    # nvl_ref: NCCL's per-link NVLink rate (src/graph/topo.h SM80/SM90/SM100_NVLINK_BW 20.0 / 20.6 / 40.1 GB/s) over
+    # the spec's per-link rate (25 / 25 / 50): used only by fit.py --nvlink-arch (eta_nvl = k_nvl x nvl_ref).
+    "A100": dict(nvl=300.0, nvls=False, nvls_ref=0.0, ll_ref=87.7, ll128_ref=20.0, nvl_ref=0.800, arch=80),
+    "H100": dict(nvl=450.0, nvls=True, nvls_ref=0.85, ll_ref=141.0, ll128_ref=36.7, nvl_ref=0.824, arch=90),
+    "H200": dict(nvl=450.0, nvls=True, nvls_ref=0.85, ll_ref=141.0, ll128_ref=36.7, nvl_ref=0.824, arch=90),
+    "B200": dict(nvl=900.0, nvls=True, nvls_ref=0.74, ll_ref=282.0, ll128_ref=40.0, nvl_ref=0.802, arch=100),
 }
 # NIC generations: line rate (GB/s per direction, spec) and the fraction of it GPUDirect RDMA writes reach
 # (perftest ib_write_bw --use_cuda, the pass thresholds of Azure/azurehpc-health-checks conf/nd96asr_v4.conf
@@ -113,7 +115,8 @@ def _channels(M, proto, nch_max, thr):
 
 def intra_rate(P, sys, hw, proto, nc, nt):
     """Payload GB/s one GPU can push per direction over NVLink (or PCIe) with this protocol."""
-    Rn = P["eta_nvl"] * hw["nvl"] if sys.fabric == "nvswitch" else sys.pcie_bw  # PCIe: measured P2P rate
+    eta = P["k_nvl"] * hw["nvl_ref"] if "k_nvl" in P else P["eta_nvl"]
+    Rn = eta * hw["nvl"] if sys.fabric == "nvswitch" else sys.pcie_bw  # PCIe: measured P2P rate
     if proto == "LL":
         return min(0.5 * Rn, P["k_LL"] * hw["ll_ref"])
     if proto == "LL128" and sys.fabric == "nvswitch":
