@@ -3,6 +3,7 @@ algorithm (fabric/collectives/alltoall.py): every block delivered once, bytes co
 rail-aligned, both engines within the bound docs/serving.md §HGX deployments states, and faster than NCCL's direct
 all-to-all at decode sizes."""
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from fabric.collectives.symbolic import check
 from fabric.config import load_config
 from fabric.errors import ConfigError
 from fabric.experiments.probe_collective import probe_collective
+from fabric.lower import lower
 from fabric.network import build
 from fabric.taskgraph import BUF_OUT, BUF_TMP, TRANSFER
 
@@ -113,3 +115,28 @@ def test_low_latency_path_beats_direct_at_decode_sizes(preset):
 def test_an_unknown_alltoall_mode_is_one_clear_error():
     with pytest.raises(ConfigError, match="collectives.nccl_like.alltoall"):
         load_config("hgx-h800-ib", overrides={"collectives.nccl_like.alltoall": "deepep"})
+
+
+def _alltoall_trace(n_ranks, group, per_peer_bytes):
+    """Members of `group` run one alltoall (coll_bytes: the chunk to each peer), the other ranks one empty compute."""
+    cols = (("kind", np.int8), ("stream", np.int32), ("duration_ns", np.float64), ("flops", np.float64),
+            ("bytes", np.float64), ("coll_kind", np.int8), ("coll_bytes", np.int64), ("group", np.int32),
+            ("peer", np.int32), ("layer", np.int32))
+
+    def table(member):
+        op = dict(kind=1, coll_kind=4, coll_bytes=per_peer_bytes, group=0) if member else dict(group=-1)
+        op.update(peer=-1, layer=-1)
+        return SimpleNamespace(**{c: np.array([op.get(c, 0)], dt) for c, dt in cols}, op_id=np.arange(1),
+                               name=np.array(["a2a"], object), module=np.array([""], object),
+                               dep_ptr=np.zeros(2, np.int64), dep_idx=np.zeros(0, np.int64))
+    return SimpleNamespace(meta={}, n_ranks=n_ranks, groups=[list(group)],
+                           ops=[table(r in group) for r in range(n_ranks)])
+
+
+@pytest.mark.parametrize("mode, algorithm", [("auto", "deepep_ll"), ("direct", "direct")])
+def test_lowering_picks_it_for_a_decode_pool_on_two_other_nodes(mode, algorithm):
+    """A decode pool's dispatch (ranks 16..31 = nodes 2 and 3 of 4): the lowering asks the tuner, which runs DeepEP's
+    route where the deployment has it."""
+    tr = _alltoall_trace(32, range(16, 32), 7168 * 8)
+    g = lower(tr, h800(4, mode))
+    assert [(m.kind, m.algorithm, m.ranks) for m in g.coll_meta] == [("alltoall", algorithm, tuple(range(16, 32)))]
