@@ -124,7 +124,7 @@ def _alltoall_trace(n_ranks, group, per_peer_bytes):
             ("peer", np.int32), ("layer", np.int32))
 
     def table(member):
-        op = dict(kind=1, coll_kind=4, coll_bytes=per_peer_bytes, group=0) if member else dict(group=-1)
+        op = {"kind": 1, "coll_kind": 4, "coll_bytes": per_peer_bytes, "group": 0} if member else {"group": -1}
         op.update(peer=-1, layer=-1)
         return SimpleNamespace(**{c: np.array([op.get(c, 0)], dt) for c, dt in cols}, op_id=np.arange(1),
                                name=np.array(["a2a"], object), module=np.array([""], object),
