@@ -221,7 +221,8 @@ def candidates(op, M, sys, P=PARAMS):
             (n - 1) * M / intra_rate(P, sys, hw, "LL", SYM_MAX_BLOCKS, 512) / 1e3)
         # two-shot: reduce-scatter by multimem.ld_reduce + all-gather by multimem.st (in-switch)
         if hw["nvls"]:
-            add("sym_nvls", "Simple", SYM_NVLS_BLOCKS(n), Ls, 2 * _h(P, "Simple", sys), M * (1 + 1.0 / n) / (eta_nvls * B) / 1e3)
+            add("sym_nvls", "Simple", SYM_NVLS_BLOCKS(n), Ls, 2 * _h(P, "Simple", sys),
+                M * (1 + 1.0 / n) / (eta_nvls * B) / 1e3)
         add("sym_twoshot", "Simple", SYM_MAX_BLOCKS, Ls, 2 * _h(P, "Simple", sys), 2 * (n - 1) / n * M / intra_rate(
             P, sys, hw, "Simple", 1, 1) / 1e3)
     return out
