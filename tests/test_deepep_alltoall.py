@@ -10,7 +10,7 @@ import pytest
 
 from fabric import collectives
 from fabric.collectives import library as lib
-from fabric.collectives.alltoall import block_sizes, deepep_ll_ns
+from fabric.collectives.alltoall import block_sizes
 from fabric.collectives.symbolic import check
 from fabric.config import load_config
 from fabric.errors import ConfigError
@@ -108,7 +108,7 @@ def test_low_latency_path_beats_direct_at_decode_sizes(preset):
                  for a in ("direct", "deepep_ll")}
         assert t["deepep_ll"] < 0.5 * t["direct"], t
         assert collectives.choose("alltoall", nbytes, 16, cfg).algorithm == "deepep_ll"
-        est = deepep_ll_ns(view, nbytes, 16, cfg.collectives) / 1000
+        est = lib.deepep_ll_ns(view, nbytes, 16, cfg.collectives) / 1000
         assert 0.5 < est / t["deepep_ll"] < 2, (est, t)
 
 

@@ -20,8 +20,6 @@ plain primitives (launch_ns, step_ns, channels of [collectives]), not the nccl-l
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from fabric.collectives._frag import FragBuilder
@@ -174,24 +172,6 @@ def _nodes(fb: FragBuilder):
     from fabric.collectives.library import tree_groups
     groups = tree_groups(fb.view, fb.n) if fb.view is not None else None
     return None if groups is None else np.asarray(groups, np.int64)
-
-
-def deepep_ll_ns(view, nbytes: int, n: int, cc) -> float:
-    """The tuner's estimate of deepep_ll (inf where it runs direct): launch, then the longer of the RDMA leg (one
-    rail-aligned NIC hop, the blocks for other nodes at the NIC rate) and the node's own NVLink stores, then a poll,
-    one NVLink hop and the forwarded blocks at the scale-up rate, then the final poll."""
-    from fabric.collectives.library import tree_groups
-    groups = tree_groups(view, n)
-    if groups is None:
-        return math.inf
-    N, g = len(groups), len(groups[0])
-    s = nbytes / n
-    a, b, c = groups[0][0], groups[1][0], groups[0][1 % g]
-    nvl = view.rank_gbps(a)
-    net = view.hop_ps(a, b, int(s)) / 1000.0 + (N - 1) * g * s / view.nic_gbps(a)
-    local = view.hop_ps(a, c, int(s)) / 1000.0 + (g - 1) * s / nvl
-    fwd = cc.step_ns + view.hop_ps(a, c, int(s)) / 1000.0 + (N - 1) * (g - 1) * s / nvl
-    return cc.launch_ns + max(net, local) + fwd + cc.step_ns
 
 
 CORES = {"direct": direct}

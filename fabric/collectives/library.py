@@ -347,7 +347,6 @@ def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, v
     M = float(nbytes)
     cc = view.cfg.collectives
     if algorithm == "deepep_ll":
-        from fabric.collectives.alltoall import deepep_ll_ns
         return deepep_ll_ns(view, nbytes, n, cc)
     L = launch_ns(cc)
     if n <= 1:
@@ -399,6 +398,24 @@ def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, v
     if any(net):
         t = max(t, per * peers / max(R_net, 1e-9))
     return L + (hn if any(net) else h) + t
+
+
+def deepep_ll_ns(view, nbytes: int, n: int, cc) -> float:
+    """The tuner's estimate of deepep_ll (fabric/collectives/alltoall.py; inf where it runs direct): launch, then
+    the longer of the RDMA leg (one rail-aligned NIC hop, the blocks for other nodes at the NIC rate) and the node's
+    own NVLink stores, then a poll, one NVLink hop and the forwarded blocks at the scale-up rate, then the final
+    poll."""
+    groups = tree_groups(view, n)
+    if groups is None:
+        return math.inf
+    N, g = len(groups), len(groups[0])
+    s = nbytes / n
+    a, b, c = groups[0][0], groups[1][0], groups[0][1 % g]
+    nvl = view.rank_gbps(a)
+    net = view.hop_ps(a, b, int(s)) / 1000.0 + (N - 1) * g * s / view.nic_gbps(a)
+    local = view.hop_ps(a, c, int(s)) / 1000.0 + (g - 1) * s / nvl
+    fwd = cc.step_ns + view.hop_ps(a, c, int(s)) / 1000.0 + (N - 1) * (g - 1) * s / nvl
+    return cc.launch_ns + max(net, local) + fwd + cc.step_ns
 
 
 def capable(view, ranks) -> bool:
