@@ -382,6 +382,14 @@ class NcclLikeConfig(Section):
                                "the two per call)",
                           reason="direct is what NCCL alone runs; DeepEP is a separate library a deployment "
                                  "installs (docs/sources.md §DeepEP), so the hgx-*-ib presets set auto")
+    deepep_chunk_bytes: int = param(65536, unit="B", lo=1, hi=1 << 40,
+                                    help="deepep_ll: a block for another node crosses the network in pieces of at "
+                                         "most this many bytes (at most 8), sent one after the other; its rail "
+                                         "peer forwards each piece over NVLink once it has landed",
+                                    reason="[E] DeepEP sends and forwards a few tokens at a time: its internode "
+                                           "dispatch configs chunk RDMA sends by 6-20 tokens (deep_ep/buffers/"
+                                           "legacy.py), 8 at EP 32-64, ~59 KB of 7,408 B FP8 tokens: 64 KiB "
+                                           "(docs/sources.md §DeepEP)")
     host_launch_ns: float = param(2554.0, unit="ns", lo=0, hi=1e9,
                                   help="run mode: launch cost per extra GPU of one host thread",
                                   reason="fitted on 1node_8xA100-SXM4-80GB_allreduce_8B-128MB.txt (-g 8 floor); "

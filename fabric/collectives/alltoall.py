@@ -12,8 +12,9 @@ deepep_ll: DeepEP's low-latency dispatch/combine over NVLink + RDMA (its README 
 internode_ll.cu; EPv2's hybrid mode, deep_ep/buffers/elastic.py, docs/sources.md §DeepEP). Every GPU writes each
 block for a GPU of another node straight from the kernel (GPU-initiated RDMA, IBGDA: no CPU proxy, so no posts in
 sequence and no network software step) into a staging slot of the destination's rail peer, the GPU at its own
-position in the destination node; that peer's forward warps poll the slots of each source and store the blocks over
-NVLink to their destinations in the node. A block for the rail peer itself lands in its output directly, and blocks
+position in the destination node, in pieces of collectives.nccl_like.deepep_chunk_bytes (at most 8) sent one
+after the other; that peer's forward warps poll the slots of each source and store each piece over NVLink to its
+destination in the node once it has landed. A block for the rail peer itself lands in its output directly, and blocks
 inside a node go over NVLink as direct's do. Raw data and a trailing flag (no LL/LL128 line format): the library's
 plain primitives (launch_ns, step_ns, channels of [collectives]), not the nccl-like protocol's. Groups that are not
 >= 2 equal host domains joined by NICs run direct.
@@ -138,21 +139,27 @@ def deepep_ll(fb: FragBuilder, ready: np.ndarray, nbytes: int) -> np.ndarray:
     issue, seen = fb.xfer(i[k], j[k], sizes[j[k]], BUF_IN, a[j[k]], BUF_OUT, i[k] * sizes[j[k]])
     fb.edge(ready[i[k]], issue)
     dst = [(seen, j[k])]
-    # to another node: RDMA write into the rail peer's staging slot (source node, destination position) ...
+    # to another node: RDMA writes into the rail peer's staging slot (source node, destination position), in
+    # pieces sent one after the other; one poll per (rail peer, source, piece), then that piece's NVLink store
     k = np.flatnonzero((node[i] != node[j]) & (loc[i] != loc[j]))
     si, sj = i[k], j[k]
     peer = G[node[sj], loc[si]]
     slot = (node[si] * g + loc[sj]) * smax
-    issue, landed = fb.xfer(si, peer, sizes[sj], BUF_IN, a[sj], BUF_TMP, slot)
-    fb.edge(ready[si], issue)
-    # ... one poll per (rail peer, source) after the peer's launch, then the NVLink store to the destination
+    size = sizes[sj]
     key, inv = np.unique(peer * n + si, return_inverse=True)
-    poll = fb.wait(key // n, src=key % n)
-    fb.edge(ready[key // n], poll)
-    fb.edge(landed, poll[inv])
-    issue, seen = fb.xfer(peer, sj, sizes[sj], BUF_TMP, slot, BUF_OUT, si * sizes[sj])
-    fb.edge(poll[inv], issue)
-    dst.append((seen, sj))
+    P = int(min(8, max(1, -(-smax // fb.cc.nccl_like.deepep_chunk_bytes))))
+    after = ready[si]
+    for q in range(P):
+        lo, length = size * q // P, size * (q + 1) // P - size * q // P
+        issue, landed = fb.xfer(si, peer, length, BUF_IN, a[sj] + lo, BUF_TMP, slot + lo)
+        fb.edge(after, issue)
+        after = landed
+        poll = fb.wait(key // n, src=key % n)
+        fb.edge(ready[key // n], poll)
+        fb.edge(landed, poll[inv])
+        issue, seen = fb.xfer(peer, sj, length, BUF_TMP, slot + lo, BUF_OUT, si * size + lo)
+        fb.edge(poll[inv], issue)
+        dst.append((seen, sj))
     r = np.arange(n)
     copy = fb.reduce(r, sizes, BUF_OUT, r * sizes, np.array([[BUF_IN]], np.int8), a[:-1].reshape(n, 1))
     fb.edge(ready, copy)

@@ -401,21 +401,22 @@ def estimate_ns(kind: str, algorithm: str, protocol: str, nbytes: int, n: int, v
 
 
 def deepep_ll_ns(view, nbytes: int, n: int, cc) -> float:
-    """The tuner's estimate of deepep_ll (fabric/collectives/alltoall.py; inf where it runs direct): launch, then
-    the longer of the RDMA leg (one rail-aligned NIC hop, the blocks for other nodes at the NIC rate) and the node's
-    own NVLink stores, then a poll, one NVLink hop and the forwarded blocks at the scale-up rate, then the final
-    poll."""
+    """The tuner's estimate of deepep_ll (fabric/collectives/alltoall.py; inf where it runs direct): launch, the
+    RDMA leg (one rail-aligned NIC hop, the blocks for other nodes at the NIC rate), the node's own NVLink stores and
+    the forwarding leg (a poll, one NVLink hop, the forwarded blocks at the scale-up rate) overlapped but for one
+    piece of the shorter of the network and forwarding legs, then the final poll."""
     groups = tree_groups(view, n)
     if groups is None:
         return math.inf
     N, g = len(groups), len(groups[0])
     s = nbytes / n
+    pieces = min(8, max(1, math.ceil(math.ceil(s) / cc.nccl_like.deepep_chunk_bytes)))
     a, b, c = groups[0][0], groups[1][0], groups[0][1 % g]
     nvl = view.rank_gbps(a)
     net = view.hop_ps(a, b, int(s)) / 1000.0 + (N - 1) * g * s / view.nic_gbps(a)
     local = view.hop_ps(a, c, int(s)) / 1000.0 + (g - 1) * s / nvl
     fwd = cc.step_ns + view.hop_ps(a, c, int(s)) / 1000.0 + (N - 1) * (g - 1) * s / nvl
-    return cc.launch_ns + max(net, local) + fwd + cc.step_ns
+    return cc.launch_ns + max(net, local, fwd) + min(net, fwd) / pieces + cc.step_ns
 
 
 def capable(view, ranks) -> bool:
