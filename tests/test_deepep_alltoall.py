@@ -57,6 +57,23 @@ def test_every_pair_delivered_once_and_bytes_conserved(hosts, nbytes):
         int(sizes[j]) for i in range(n) for j in range(n) if node[i] != node[j] and loc[i] == loc[j])
 
 
+@pytest.mark.parametrize("chunk, pieces", [(300, 4), (100, 8), (1 << 20, 1)])
+def test_pieces_are_sent_in_turn_and_forwarded_as_they_land(chunk, pieces):
+    """A 1,000 B block in pieces of at most `chunk` (at most 8): as many staging writes per forwarded block, the
+    same bytes, still every block once (symbolic check), each piece after the one before it has landed."""
+    cfg = load_config("hgx-h800-ib", overrides={"collectives.nccl_like.deepep_chunk_bytes": chunk})
+    n = 16
+    frag = collectives.build("alltoall", "deepep_ll", n * 1000, n, cfg)
+    check(frag.to_graph())
+    src, dst, buf, _, length = _transfers(frag)
+    staged = buf == BUF_TMP
+    forwarded = n * 7      # per source: the 7 GPUs of the other node off its rail
+    assert staged.sum() == forwarded * pieces and length[staged].sum() == forwarded * 1000
+    ids = np.flatnonzero(frag.task_kind == TRANSFER)[staged]
+    chained = np.isin(frag.edge_src, ids) & np.isin(frag.edge_dst, ids)
+    assert chained.sum() == forwarded * (pieces - 1)     # piece q + 1 issued when piece q has landed
+
+
 def test_rdma_writes_stay_on_their_rail_and_forwards_stay_in_the_node():
     cfg = h800(3)
     n = 24
