@@ -65,7 +65,7 @@ def test_pieces_are_sent_in_turn_and_forwarded_as_they_land(chunk, pieces):
     n = 16
     frag = collectives.build("alltoall", "deepep_ll", n * 1000, n, cfg)
     check(frag.to_graph())
-    src, dst, buf, _, length = _transfers(frag)
+    _, _, buf, _, length = _transfers(frag)
     staged = buf == BUF_TMP
     forwarded = n * 7      # per source: the 7 GPUs of the other node off its rail
     assert staged.sum() == forwarded * pieces and length[staged].sum() == forwarded * 1000
