@@ -19,8 +19,8 @@ from fabric.lower import lower
 from fabric.network import build
 from fabric.taskgraph import BUF_OUT, BUF_TMP, TRANSFER
 
-# |analytic / packet - 1| at decode sizes, <= 1 MiB a rank (docs/serving.md §HGX deployments: measured up to 0.11;
-# up to 0.22 at >= 4 MiB over 4 nodes, where the forwarding GPUs' NVLink ports queue in the packet engine)
+# |analytic / packet - 1| at decode sizes, <= 1 MiB a rank (docs/serving.md §HGX deployments: measured up to 0.11,
+# at 4 nodes, where the forwarding GPUs' NVLink ports queue in the packet engine)
 ENGINE_BOUND = 0.15
 
 
