@@ -27,6 +27,7 @@ class FakeTier:
 
     engine = "synthetic"
     bpt = BPT
+    rank_bytes = {OFFLOAD: BPT, RELOAD: BPT}
 
     def __init__(self, tokens_per_group, attn_tp):
         self.tokens_per_group, self.attn_tp = tokens_per_group, attn_tp
@@ -189,3 +190,14 @@ def test_an_evicted_prefix_is_reloaded_from_host_memory():
     assert sum(s.rec.step_prefill) == 2 * 300 + 2 * 50
     moves = [m for step in s.tier.log for m in step]
     assert any(d == OFFLOAD and t == 250 for _, t, d in moves) and any(d == RELOAD and t == 250 for _, t, d in moves)
+
+
+@pytest.mark.parametrize("n, seed, capacity, tier_tokens, frac, balance, closed", [
+    (27, 13881, 261, 3000, "0.3:3", "kv_aware", 0),    # swapped sequences pinned entries: a livelock
+    (22, 41924, 286, 3000, "1", "least_tokens", 3),    # a swapped one kept its old entry from eviction: a stall
+    (27, 60739, 273, 50, "0.3:3", "least_tokens", 0),  # a full tier dropped the entry about to be reloaded
+])
+def test_prefix_cache_cases_that_once_stalled(n, seed, capacity, tier_tokens, frac, balance, closed):
+    wl = with_shared_prefix(workload(n, seed, closed), frac, seed)
+    s = run(wl, "tp=8", capacity, tier_tokens, token_budget=256, max_seqs=8, balance=balance)
+    assert s.finished == n and (s.generated == wl.output_tokens).all()

@@ -58,3 +58,15 @@ def test_kv_tier_host_on_a_fabric_without_host_memory_nodes_is_one_line():
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "host_memory" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_a_replicated_latent_goes_out_once_and_comes_back_to_every_rank():
+    """tp=8 with MLA: each rank stores 1/8 of the latent and loads all of it back; the group holds 8x the tokens a
+    rank's share of host memory would give one whole copy per rank."""
+    cfg, plan = load_config("sd200"), parse_plan("tp=8")
+    mla = HostTier(cfg, plan, KV, replicated=True)
+    split = HostTier(cfg, plan, KV, replicated=False)
+    assert mla.bytes([(0, 100, OFFLOAD)]) == (100 * KV.bytes_per_token, 0.0)
+    assert mla.bytes([(0, 100, RELOAD)]) == (0.0, 800 * KV.bytes_per_token)
+    assert mla.tokens_per_group == pytest.approx(8 * split.tokens_per_group, rel=1e-6)
+    assert mla.time_us([(0, 4096, OFFLOAD)]) < split.time_us([(0, 4096, OFFLOAD)])

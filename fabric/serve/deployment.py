@@ -57,7 +57,8 @@ class Deployment:
         self.tier = None
         if kv_tier == "host":
             from fabric.serve.tier import HostTier
-            self.tier = HostTier(self.cfg, self.plan, self.kv, engine, kv_fraction, first_rank=first_rank)
+            self.tier = HostTier(self.cfg, self.plan, self.kv, engine, kv_fraction, first_rank=first_rank,
+                                 replicated=spec.kv_lora > 0)
         self.stepmodel = StepModel(model or (None if hf_config else "deepseek-r1"), hf_config, spec, self.plan,
                                    self.chip, self.cfg, engine=engine, seed=seed, on_point=on_point)
         self.meta = dict(model=self.model_name, preset=preset, chip=self.chip.name, plan=self.plan.text,

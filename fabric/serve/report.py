@@ -48,8 +48,8 @@ def host_tier(sched) -> dict:
                 requests_swapped=int((sched.swapped > 0).sum()), offload_bytes=float(sched.rec.tier_bytes[0]),
                 reload_bytes=float(sched.rec.tier_bytes[1]), wait_s=float(sched.rec.tier_s),
                 host_tokens_at_end=int(sum(used)), engine=tier.engine,
-                us_per_token=dict(offload=tier.fit[0].one_us_per_byte * tier.bpt,
-                                  reload=tier.fit[1].one_us_per_byte * tier.bpt),
+                us_per_token=dict(offload=tier.fit[0].one_us_per_byte * tier.rank_bytes[0],
+                                  reload=tier.fit[1].one_us_per_byte * tier.rank_bytes[1]),
                 fixed_us=dict(offload=tier.fit[0].base_us, reload=tier.fit[1].base_us))
 
 

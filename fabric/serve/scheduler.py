@@ -186,10 +186,12 @@ class Scheduler:
         rid = grp.running.pop()
         if rid in grp.prefilling:
             grp.prefilling.remove(rid)
-        held = int(self.kv[rid])
-        if self.tier is not None and held and self._host_room(grp, held):
+        own = int(self.kv[rid])
+        held = own + int(self.shared[rid])           # its prefix goes too: a swapped sequence pins no entry
+        if self.tier is not None and own and self._host_room(grp, held):
             from fabric.serve.tier import OFFLOAD
-            grp.kv_used -= held
+            self._unpin(grp, rid)
+            grp.kv_used -= own
             grp.host_used += held
             self.kv[rid] = 0
             self.host[rid] = held
@@ -218,11 +220,12 @@ class Scheduler:
         if p < 0 or self.done_prefill[rid] or self.host[rid]:
             return 0, 0
         cap = int(min(self.plen[rid], self.target[rid] - 1))     # at least one token computed: it makes the logits
-        if p in grp.cache:
-            return max(min(grp.cache[p], cap), 0), 0
-        if p in grp.host_cache:
-            return max(min(grp.host_cache[p], cap), 0), grp.host_cache[p]
-        return 0, 0
+        entry = grp.cache.get(p, grp.host_cache.get(p, 0))
+        hit = max(min(entry, cap), 0)
+        # the entry it pins (which may be longer than its own prefix) and all its own KV must fit alone
+        if not hit or entry + self.target[rid] - hit + self.out[rid] - self.generated[rid] > grp.capacity:
+            return 0, 0
+        return hit, (entry if p in grp.host_cache else 0)
 
     def _use_prefix(self, grp: Group, rid: int, hit: int) -> None:
         """rid starts its prefill after `hit` cached tokens of its prefix (reloaded first if in host memory)."""
@@ -279,20 +282,23 @@ class Scheduler:
             t = grp.cache.pop(p)
             grp.kv_used -= t
             short -= t
-            if self.tier is not None and self._host_room(grp, t):
+            if self.tier is not None and self._host_room(grp, t, keep):
                 grp.host_cache[p] = t
                 grp.host_used += t
                 self.moves.append((self._group_index(grp), t, OFFLOAD))
         return True
 
-    def _host_room(self, grp: Group, tokens: int) -> bool:
+    def _host_room(self, grp: Group, tokens: int, keep: int = -1) -> bool:
         """Whether `tokens` fit in the group's host tier, dropping its least recently used cache entries if they
-        must (a swapped sequence's KV is never dropped)."""
+        must (never a swapped sequence's KV, nor the entry `keep` a request is about to reload)."""
         limit = self.tier.tokens_per_group
-        if tokens > limit - (grp.host_used - sum(grp.host_cache.values())):
+        droppable = [p for p in grp.host_cache if p != keep]
+        if tokens > limit - grp.host_used + sum(grp.host_cache[p] for p in droppable):
             return False
-        while grp.host_used + tokens > limit:
-            grp.host_used -= grp.host_cache.popitem(last=False)[1]
+        for p in droppable:
+            if grp.host_used + tokens <= limit:
+                break
+            grp.host_used -= grp.host_cache.pop(p)
         return True
 
     def _group_index(self, grp: Group) -> int:
@@ -335,7 +341,7 @@ class Scheduler:
             # its prefix's cache entry if that is in host memory
             brings = int(self.host[rid]) or (int(self.target[rid]) if todo <= 0 and not hit else 0)
             short = grp.kv_used + len(dec) + promised + brings + entry_in_host + todo - grp.capacity
-            if short > 0 and not self._evict(grp, short, keep=self._prefix_of(rid)):
+            if short > 0 and not self._evict(grp, short, keep=self._prefix_of(rid) if hit else -1):
                 break
             grp.waiting.pop(0)
             grp.running.append(rid)

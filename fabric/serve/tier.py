@@ -4,10 +4,11 @@ back before the sequence runs again (swap instead of recompute).
 
     HostTier(cfg, plan, kv_budget, engine) -> .tokens_per_group, .time_us(moves), .bytes(moves)
 
-Where the KV goes: every rank of an attention group stores what it holds (bytes_per_token a token, MLA's latent once
-per rank, as HBM holds it) on the host-memory node of its own host domain (topology.host_memory), and loads it back
-from there: stores out, loads back, the load/store semantics of the fabric. A node's memory is shared evenly by the
-accelerators of its domain, so a group holds host_memory bytes x its ranks' share / bytes per token.
+Where the KV goes: the group's ranks store one copy of a sequence's KV on the host-memory nodes of their own host
+domains (topology.host_memory), each its share (GQA: the kv heads it holds; MLA, whose latent every rank of the
+group holds whole: 1/attn_tp of it), and every rank loads back what it holds (MLA: the whole latent each): stores
+out, loads back, the load/store semantics of the fabric. A node's memory is shared evenly by the accelerators of its
+domain, so a group holds its ranks' share of host memory / the bytes of one copy of a token.
 
 Timing: the engine moves the bytes on the idle fabric at two sizes, once for one rank alone (its ports bound it) and
 once for every rank of a domain at once (the node's links bound it); a step's moves take, per host-memory node and
@@ -50,7 +51,9 @@ class _Fit:
 class HostTier:
     """The host-memory tier of one pool: capacity per attention group, and the time of a step's moves."""
 
-    def __init__(self, cfg, plan, kv, engine: str = "analytic", kv_fraction: float = 1.0, first_rank: int = 0):
+    def __init__(self, cfg, plan, kv, engine: str = "analytic", kv_fraction: float = 1.0, first_rank: int = 0,
+                 replicated: bool = False):
+        """replicated: every rank of a group holds the whole KV of a token (MLA's latent), not a share of it."""
         from fabric.network import shared
         self.cfg = with_host_memory(cfg)
         self.plan, self.engine, self.bpt = plan, engine, float(kv.bytes_per_token)
@@ -59,7 +62,9 @@ class HostTier:
         per_domain = self.cfg.topology.accels_per_domain
         self.node_bytes = hm.gib_per_node * GIB
         per_rank = hm.nodes_per_domain * self.node_bytes / per_domain * kv_fraction
-        self.tokens_per_group = int(per_rank // self.bpt)
+        # bytes a rank moves per token: one copy spread over the group out, what it holds back
+        self.rank_bytes = {OFFLOAD: self.bpt / plan.attn_tp if replicated else self.bpt, RELOAD: self.bpt}
+        self.tokens_per_group = int(per_rank // self.rank_bytes[OFFLOAD])
         if self.tokens_per_group < 1:
             raise ConfigError(f"topology.host_memory.gib_per_node = {hm.gib_per_node} GiB gives each accelerator "
                               f"{per_rank / GIB:.3g} GiB of host memory, less than one token of KV "
@@ -115,7 +120,7 @@ class HostTier:
             for g, tokens, direction in moves:
                 if direction == d:
                     for r in self.group_ranks(g):
-                        per_rank[int(r)] = per_rank.get(int(r), 0.0) + tokens * self.bpt
+                        per_rank[int(r)] = per_rank.get(int(r), 0.0) + tokens * self.rank_bytes[d]
             if not per_rank:
                 continue
             ranks = np.fromiter(per_rank, np.int64)
@@ -132,5 +137,5 @@ class HostTier:
         """(offloaded, reloaded) bytes of a step's moves."""
         out = [0.0, 0.0]
         for _, tokens, direction in moves:
-            out[direction] += tokens * self.bpt * self.plan.attn_tp
+            out[direction] += tokens * self.rank_bytes[direction] * self.plan.attn_tp
         return out[OFFLOAD], out[RELOAD]
