@@ -1,4 +1,4 @@
-"""The 16 -> 64 experiment as a served workload (issue 31 part 4; one PD split per size, no split-ratio search).
+"""The 16 -> 64 experiment as a served workload (issue 31 part 4).
 
     python tools/serve_scaling.py [--requests 500] [--sizes 16,64] [--out docs/data/serve_scaling.json]
         [--check-requests 2000] [--refine 3] [--no-pd] [--no-saturation] [--sat-users 2048,4096] [--from FILE ...]
@@ -19,8 +19,9 @@ rate (then tokens/s per accelerator). Reported: per size the best plan, and 64 v
 accelerator and of total throughput. The published 16.3x speed-up (docs/sources.md) is printed beside them as a
 finding; nothing is tuned to it.
 
-Also, with --pd (default), one PD split per size (fabric.serve(prefill=, decode=): 16 = 8 + 8, which does not fit;
-64 = prefill attn=tp8,ep=32 + decode attn=dp,ep=32, FP8); with --check-requests N, each size's best plan and best
+Also, with --pd (default), PD splits per size (fabric.serve(prefill=, decode=), FP8; the routed experts' 256 allow
+ep 8, 16, 32, 64 a pool): 16 = 8 + 8, which does not fit; 64 = 16 + 48, 32 + 32 and 48 + 16 (prefill attention
+tp8, decode attention dp, the 48-rank pool as 3 replicas of 16); with --check-requests N, each size's best plan and best
 co-located plan re-run with N requests; with --saturation (default), the published request shape (prompt 4,096,
 output 1,024) as a closed loop of users filling each size's largest KV (and --sat-users more on it), throughput with
 the KV as the limit and the SLOs reported, not required.
@@ -47,9 +48,12 @@ LADDER = (0.5, 1, 2, 4, 8, 16, 32, 64)
 SHAPES = ("tp={n}", "attn=dp,ep={n}", "attn=tp8,ep={n}")
 DTYPES = ("bf16", "fp8")
 FALLBACK_DTYPES = ("int4",)                         # tried only where no shape fits with DTYPES
-# one PD split per size: 16 = one host domain each (8 + 8), 64 = docs/serving.md's PD experiment (32 + 32)
-PD_SPLITS = {16: ("attn=tp8,ep=8,weights=fp8", "attn=tp8,ep=8,weights=fp8"),
-             64: ("attn=tp8,ep=32,weights=fp8", "attn=dp,ep=32,weights=fp8")}
+# PD splits per size: 16 = one host domain each (8 + 8); 64 = prefill : decode ranks 1 : 3, 1 : 1 (docs/serving.md's
+# PD experiment) and 3 : 1
+PD_SPLITS = {16: [("attn=tp8,ep=8,weights=fp8", "attn=tp8,ep=8,weights=fp8")],
+             64: [("attn=tp8,ep=16,weights=fp8", "attn=dp,ep=16,replicas=3,weights=fp8"),
+                  ("attn=tp8,ep=32,weights=fp8", "attn=dp,ep=32,weights=fp8"),
+                  ("attn=tp8,ep=16,replicas=3,weights=fp8", "attn=dp,ep=16,weights=fp8")]}
 # the request shape of the published one-user figure (docs/sources.md §SD200 serving; the 16.3x figure's own
 # workload is not published)
 PUBLISHED_SHAPE = dict(prompt=4096, output=1024)
@@ -113,8 +117,13 @@ def run_plan(model: str, n: int, plan: str, cfg, *, requests: int, ladder=LADDER
         return p
 
     best = missed = None
+    try:
+        at(ladder[0])
+    except ConfigError as e:          # e.g. a request of the workload needs more KV than a group holds
+        echo(f"  {n:>3} {plan:<28} cannot serve the workload: {e}")
+        return dict(row, fits=False, refused=str(e))
     for rate in ladder:
-        if at(rate)["met_fraction"] >= MET:
+        if (points[0] if rate == ladder[0] else at(rate))["met_fraction"] >= MET:
             best = rate
         else:
             missed = rate
@@ -157,7 +166,7 @@ def search(model: str, sizes, *, requests: int, cfgs: dict | None = None, shapes
            done: dict | None = None, workload: str = "azure-conv", slo: dict = SLO, on_row=None,
            echo=click.echo) -> dict:
     """Every size's searched plans and its best. cfgs: {n: FabricConfig} (default: sd200 with size_overrides(n));
-    pd: {n: (prefill, decode)}, one disaggregated split per size searched too; done: {(n, plan, requests): row}
+    pd: {n: [(prefill, decode), ...]}, disaggregated splits per size searched too; done: {(n, plan, requests): row}
     taken as run; on_row(rows): called after each plan (to write partial results)."""
     from fabric.config import load_config
     rows: list[dict] = []
@@ -167,8 +176,7 @@ def search(model: str, sizes, *, requests: int, cfgs: dict | None = None, shapes
         cfg = given or load_config("sd200", overrides=size_overrides(n))
         overrides = "cfg given" if given else size_overrides(n)
         todo = [(plan, None) for plan in plans_for(n, shapes, dtypes)]
-        if (pd or {}).get(n):
-            todo.append((pd_name(*pd[n]), pd[n]))
+        todo += [(pd_name(*split), split) for split in (pd or {}).get(n, [])]
         if fallback:
             todo.append(None)                       # the marker: the fallback dtypes, where nothing fitted
         mine: list[dict] = []
@@ -257,7 +265,7 @@ def table(res: dict) -> str:
 @click.option("--from", "previous", multiple=True, help="an earlier --out whose rows are taken instead of re-run")
 @click.option("--refine", default=3, show_default=True,
               help="geometric bisections between the last rate met and the first missed")
-@click.option("--pd/--no-pd", default=True, show_default=True, help="search one PD split per size too")
+@click.option("--pd/--no-pd", default=True, show_default=True, help="search the PD splits of each size too")
 @click.option("--check-requests", default=0, show_default=True,
               help="re-run each size's best plan and best co-located plan with this many requests (0: none)")
 @click.option("--saturation/--no-saturation", default=True, show_default=True,
@@ -287,7 +295,8 @@ def main(requests, sizes, out, previous, refine, pd, check_requests, saturation,
                                str(n): size_overrides(n) for n in sizes}, workload="azure-conv", requests=requests,
                            check_requests=check_requests, **SLO, met_fraction_needed=MET, ladder=list(LADDER),
                            refine=refine, shapes=list(SHAPES), dtypes=list(DTYPES), fallback=list(FALLBACK_DTYPES),
-                           pd={str(n): list(v) for n, v in PD_SPLITS.items()} if pd else None, engine="analytic",
+                           pd={str(n): [list(x) for x in v] for n, v in PD_SPLITS.items()} if pd else None,
+                           engine="analytic",
                            published_speedup=PUBLISHED_SPEEDUP, wall_s=time.perf_counter() - t0)
         if out:
             with open(out, "w") as fh:
@@ -307,7 +316,7 @@ def main(requests, sizes, out, previous, refine, pd, check_requests, saturation,
                 split = (r["prefill"], r["decode"]) if r.get("prefill") else None
                 sub = search("deepseek-r1", [n], requests=check_requests, shapes=() if split else (r["plan"],),
                              dtypes=("",) if not split else (), fallback=(),
-                             **dict(kw, pd={n: split} if split else None))
+                             **dict(kw, pd={n: [split]} if split else None))
                 check_rows += sub["rows"]
                 write(check=check_rows)
         click.echo(f"check with {check_requests} requests (each size's best plan and best co-located plan):")

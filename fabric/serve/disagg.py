@@ -164,6 +164,9 @@ class Disaggregated:
         for c, b in zip(("tp_collectives", "expert_alltoall", "other"), ps.rec.bytes_by_class):
             res["fabric_bytes"][c] += float(b)
         h = hand_us[moved]
+        done = ~np.isnan(finish)
+        res["per_request"]["kv_handover_ms"] = [None if np.isnan(x) else round(float(x) * 1e-3, 6)
+                                                for x in hand_us[done]]
         return dict(self.meta, max_seqs=max_seqs, balance=balance, workload=wl.name, workload_meta=wl.meta,
                     ranks=self.ranks, attention_groups=pre.plan.groups + dec.plan.groups, memory=dec.kv.as_dict(),
                     **res, pools=dict(prefill=_pool(ps, pre), decode=_pool(ds, dec)),
