@@ -176,3 +176,17 @@ def test_a_full_decode_pool_holds_the_prefill_pool_back():
     assert (np.diff(landed[order]) > 0).all()
     assert (landed[order][1:] >= ds.finish[order][:-1]).all()     # one at a time: each lands after the last left
     assert ps.first[order[2]] > landed[order[0]]                  # the third prefill waited for the first hand-over
+
+
+def test_handover_links_carry_its_bytes():
+    """The packet engine's channel counts: every byte of the hand-over enters the destination over its ports (their
+    shares sum to 1) and leaves the sources over theirs; the report scales the shares to the run's bytes."""
+    from fabric.config import load_config
+    h = Handover(load_config("sd200"), range(8), [8], 61 * (512 + 64) * 2)
+    links = h.links()
+    into = sum(x["share"] for x in links if x["channel"].endswith(("->acc8", "->acc8#1")))
+    out_of = sum(x["share"] for x in links if x["channel"].startswith(tuple(f"acc{r}->" for r in range(8))))
+    assert into == pytest.approx(1.0) and out_of == pytest.approx(1.0)
+    r = serve_disaggregated(**TOY)
+    h = r["kv_handover"]
+    assert h["links"] and all(x["gb"] == pytest.approx(x["share"] * h["bytes"] / 1e9) for x in h["links"])

@@ -76,6 +76,9 @@ def render(r: dict) -> str:
                      f"after it, p99 "
                      f"{h['p99_ms']:.2f} ms, {h['bytes'] / 1e9:.2f} GB ({h['us_per_token']:.3f} us a token + "
                      f"{h['fixed_us']:.1f} us)")
+        busiest = ", ".join(f"{x['channel']} {x['gb']:.2f} GB" for x in h.get("links", [])[:4])
+        if busiest:
+            lines.append(f"  hand-over links      {busiest} (busiest of {len(h['links'])}, the first groups' path)")
         for name in ("prefill", "decode"):
             p = pools[name]
             lines.append(f"  {name + ' pool':20s} {p['plan_described']}: {p['steps']} steps in {p['busy_s']:.1f} s "

@@ -72,6 +72,19 @@ class Handover:
         res = sim.run(self.cfg, shared(self.cfg), g, engine=self.engine, transfers=False)
         return float(res.task_end_ps[-n:].max()) / 1e6
 
+    def links(self, tokens: int = PROBE_TOKENS[0]) -> list[dict]:
+        """The channels a hand-over loads, from one run of the packet engine (which counts every channel's bytes):
+        each channel and the share of the hand-over's payload it carries, busiest first."""
+        from fabric import sim
+        from fabric.network import shared
+        topo = shared(self.cfg)
+        res = sim.run(self.cfg, topo, self.graph(tokens), engine="packet", transfers=False)
+        payload = res.counters["payload_B"].astype(np.float64)
+        total = float(self.graph(tokens)["nbytes"].sum())
+        used = np.flatnonzero(payload > 0)
+        used = used[np.argsort(-payload[used], kind="stable")]
+        return [dict(channel=topo.channel_name(int(c)), share=float(payload[c] / total)) for c in used]
+
     def time_us(self, tokens) -> np.ndarray:
         return self.base_us + self.slope_us * np.asarray(tokens, np.float64)
 
@@ -109,6 +122,7 @@ class Disaggregated:
         self.handover = Handover(cfg, range(self.prefill.plan.attn_tp),
                                  range(p_ranks, p_ranks + self.decode.plan.attn_tp),
                                  self.decode.kv.bytes_per_token, engine)
+        self.handover_links = self.handover.links()   # the representative pair of groups' path
         pre, dec = self.prefill, self.decode
         self.meta = dict(model=pre.model_name, preset=preset, chip=pre.chip.name,
                          plan=f"prefill {prefill} | decode {decode}",
@@ -174,6 +188,8 @@ class Disaggregated:
                                      mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
                                      p99_ms=float(np.percentile(h, 99) * 1e-3) if len(h) else 0.0,
                                      bytes=res["fabric_bytes"]["kv_handover"], us_per_token=hand.slope_us,
+                                     links=[dict(x, gb=x["share"] * res["fabric_bytes"]["kv_handover"] / 1e9)
+                                            for x in self.handover_links],
                                      fixed_us=hand.base_us),
                     step_model=dict(grid_steps_simulated=pre.stepmodel.simulated + dec.stepmodel.simulated - simulated,
                                     simulate_s=pre.stepmodel.sim_s + dec.stepmodel.sim_s - sim_s),
