@@ -6,7 +6,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from fabric import phy, sim
 from fabric._check_build import kernel
-from fabric.config import load_config
+from fabric.config import load_config, with_overrides
 from fabric.taskgraph import transfer_graph
 from fabric.experiments.probe_link import two_node_topology
 from strategies import link_configs, link_faults, link_traffic
@@ -145,3 +145,52 @@ class LinkMachine(RuleBasedStateMachine):
 
 TestLinkMachine = LinkMachine.TestCase
 TestLinkMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+# ---------------------------------------------------------------- credits and the duplicate window (issue 33 item 8)
+
+@given(cfg=link_configs(), graph=link_traffic(), faults=link_faults(), spare=st.integers(0, 4),
+       slices=st.lists(st.integers(1, 37), min_size=1, max_size=8))
+@settings(max_examples=120, deadline=None)
+def test_credits_never_negative_nor_above_the_pool_at_any_stop(cfg, graph, faults, spare, slices):
+    """At every stop of a run (slices of a few events, then to the end), with a credit pool of the largest packet's
+    flits and 0-4 more (credits bind; a packet of several flits may not go on fewer): each VC's credits available
+    and the receiver's buffer occupancy lie in [0, credit pool], and the kernel's own credit checks never fired."""
+    cfg = with_overrides(cfg, {"link.credit_pool_flits": phy.packet_flits(cfg, cfg.txn.max_payload_bytes) + spare})
+    eng = kernel.Engine(sim.kernel_params(cfg), sim.as_arrays(two_node_topology(cfg)), graph)
+    for kind, ch, n, k in faults:
+        eng.add_fault(sim.FAULTS[kind], ch, n, k)
+    outcome = kernel.PAUSED
+    for n in [*slices] * 200 + [1 << 40]:
+        if outcome != kernel.PAUSED:
+            break
+        outcome = eng.run(max_events=n)
+        ls = eng.link_state()
+        pool = ls["credit_pool_flits"]
+        assert (ls["credits_available"] >= 0).all() and (ls["credits_available"] <= pool).all()
+        assert (ls["buffer_occupancy"] >= 0).all() and (ls["buffer_occupancy"] <= pool).all()
+        assert eng.counters()["credit_errors"].sum() == 0
+    assert outcome == kernel.DONE
+
+
+@st.composite
+def lost_acks(draw):
+    """Lost Acks only (on either channel, runs of 1-6 from the n-th): the sender's replay timer resends units the
+    receiver already holds."""
+    return [("lose_ack", draw(st.integers(0, 1)), draw(st.integers(1, 40)), draw(st.integers(1, 6)))
+            for _ in range(draw(st.integers(1, 3)))]
+
+
+@given(cfg=link_configs(max_ber=0.0), graph=link_traffic(), faults=lost_acks())
+@settings(max_examples=120, deadline=None)
+def test_the_duplicate_window_discards_every_resent_unit_and_naks_none(cfg, graph, faults):
+    """Without bit errors or retrains, every unit sent again after a lost Ack reaches a receiver that already has
+    it: each is a duplicate (within the half of the sequence space behind the expected number), discarded and
+    acknowledged again, never a Nak (which is for a unit missing ahead) and never delivered twice."""
+    cfg = with_overrides(cfg, {"link.replay_timer_ns": 300.0})      # resends soon after a lost Ack
+    r = sim.run(cfg, two_node_topology(cfg), graph, faults=faults)
+    check_clean_end(cfg, graph, r)
+    c = r.counters
+    if c["retrains"].sum() == 0:        # a retrain drops the units in flight: those are resent, not duplicates
+        assert np.array_equal(c["dups_discarded"], c["units"] - c["packets"])
+    assert c["naks"].sum() == 0
