@@ -9,7 +9,8 @@ from fabric import collectives, sim
 from fabric.collectives import library, policy
 from fabric.config import load_config, preset_names
 
-SIZES_B = [8 << (3 * k) for k in range(10)]      # 8 B, 64 B, ... 1 GiB: one per factor 8 (latency .. bandwidth)
+SIZES_B = [8 << (3 * k) for k in range(10)] + [64 << 20]   # 8 B, 64 B, ... 1 GiB (one per factor 8) and the
+# issue's 64 MiB, where the estimate misranks nvls_tree first on the 2x8 presets and by most (1.26x) on hgx-h800-ib
 TOLERANCE = 1.02
 EST_CUT = 3.0
 
@@ -21,7 +22,7 @@ def _all_times(kind: str, nbytes: int, n: int, cfg) -> dict:
     view = library.fabric_view(cfg)
     pairs = library.candidates(kind, nbytes, n, cfg.collectives, view)
     # candidates the estimate puts at 3x the least or more are left out (LL rings at 1 GiB: 2 M tasks, 5 s each);
-    # the estimate is never off by more than 1.25x against the engine here (tuner_check_margin's reason)
+    # the estimate is never off by more than 1.26x against the engine here (tuner_check_margin's reason)
     est = [library.estimate_ns(kind, a, p, nbytes, n, view) for a, p in pairs]
     pairs = [c for c, e in zip(pairs, est) if e < EST_CUT * min(est)]
     frags = [collectives.template(kind, a, nbytes, n, cfg, choice=library.Choice(

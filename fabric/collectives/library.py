@@ -120,12 +120,13 @@ NCCL_LIKE = {
     "launch_sym_ns": Const(2610.0, "ns",
                            "NCCL 2.27 symmetric-kernel launch + prologue (collectives.nccl_like.symmetric)", _FIT,
                            "1node_8xB200_nccl227_symmetric_allreduce_issue333.txt (8 B-8 KB)"),
-    "tuner_check_margin": Const(1.25, "ratio", "with a cost oracle, the candidates whose estimate is within this "
+    "tuner_check_margin": Const(1.5, "ratio", "with a cost oracle, the candidates whose estimate is within this "
                                 "factor of the least are simulated and the fastest runs (tune)",
                                 "the estimate's worst optimism about the simulated winner, over the nccl-like presets "
-                                "x allreduce/allgather/reduce_scatter x 8 B-1 GB (powers of 4, analytic engine), is "
-                                "1.10 (2x8 presets, 512 KiB); 1.25 keeps twice that headroom while simulating 1.4 "
-                                "candidates per call on average (docs/collectives.md §Tuner)"),
+                                "x allreduce/allgather/reduce_scatter x 8 B-1 GiB (every power of 2, analytic "
+                                "engine), is 1.26 (hgx-h800-ib, 64 MiB: nvls_tree estimated 815 us, tree/LL128 1028 "
+                                "us runs fastest; else at most 1.12); 1.5 leaves about twice that excess while "
+                                "simulating 1.7 candidates per call on average, at most 6 (docs/collectives.md)"),
     "p2p_ll_max_bytes": Const(16384, "B", "alltoall / broadcast use LL when the bytes per peer are at most this",
                               "NCCL P2P_LL_THRESHOLD (src/enqueue.cc)"),
 }
