@@ -211,7 +211,8 @@ def parse(text: str, source: str = "<text>", table: int | None = None) -> NcclTa
     ops = [_op_of(t["text"], "") or file_op for t in tables]
     if table is None and len(tables) > 1:
         listing = "; ".join(_label(t, i + 1, o) for i, (t, o) in enumerate(zip(tables, ops)))
-        raise ConfigError(f"{source} holds {len(tables)} nccl-tests runs ({listing}); choose one with --table N")
+        raise ConfigError(f"{source} holds {len(tables)} nccl-tests runs ({listing}); choose one with --table N "
+                          f"(fabric-probe collective) or keep one run in the file")
     k = 1 if table is None else int(table)
     if not 1 <= k <= len(tables):
         raise ConfigError(f"--table={k} is out of range; {source} holds {len(tables)} nccl-tests "
