@@ -24,7 +24,7 @@ import functools
 from fabric.collectives import alltoall, nvls, sliced, tree
 from fabric.collectives._frag import FragBuilder, bounds, is_pow2
 from fabric.collectives.cost import Cost, cost_model
-from fabric.collectives.library import LIBRARIES, PROFILES, PROTOCOLS, Choice, fabric_view, tune
+from fabric.collectives.library import LIBRARIES, PROFILES, PROTOCOLS, Choice, fabric_view, register_builder, tune
 from fabric.collectives.policy import choose, fabric_config, select
 from fabric.collectives.registry import ALGORITHMS, CORES, KINDS, LIBRARY_ALGORITHMS
 from fabric.errors import ConfigError
@@ -104,6 +104,9 @@ def template(kind: str, algorithm: str, nbytes: int, n: int, cfg=None, root: int
 @functools.lru_cache(maxsize=512)
 def _template(kind, algorithm, nbytes, n, key, root, semantics, choice) -> Fragment:
     return _build(kind, algorithm, nbytes, n, fabric_config(key), root, semantics, choice)
+
+
+register_builder(template)      # the nccl-like tuner's oracle check builds its candidates with it
 
 
 __all__ = ["ALGORITHMS", "KINDS", "LIBRARIES", "PROFILES", "PROTOCOLS", "Choice", "Cost", "FragBuilder", "bounds",

@@ -544,11 +544,19 @@ def tune(kind: str, nbytes: int, n: int, cfg, view: FabricView | None = None,
     return Choice(a, p, channels_for(nbytes, p, n, a, cc))
 
 
+_BUILDER: list = []     # fabric.collectives.template, registered by the package (which imports this module)
+
+
+def register_builder(template) -> None:
+    """The package's cached fragment builder, which the oracle check builds its candidates with (lowering then
+    finds the winner's fragment built)."""
+    _BUILDER[:] = [template]
+
+
 @functools.lru_cache(maxsize=4096)
 def _fastest_simulated(kind: str, nbytes: int, n: int, cfg, pairs: tuple, oracle) -> tuple:
     """The pair of `pairs` whose fragment the oracle times least (the first of equal times)."""
-    from fabric.collectives import template       # cached: lowering then finds the winner's fragment built
-    cc = cfg.collectives
+    template, cc = _BUILDER[0], cfg.collectives
     frags = [template(kind, a, nbytes, n, cfg, choice=Choice(a, p, channels_for(nbytes, p, n, a, cc)))
              for a, p in pairs]
     t = oracle(cfg, frags)
