@@ -2,8 +2,11 @@
 
     python tools/engine_agreement.py                      # the issue-16 presets, allreduce/allgather/reduce_scatter
     python tools/engine_agreement.py -p dgx-h100 --ops allreduce --min-bytes 8 --max-bytes 16M --factor 4
-    python tools/engine_agreement.py --algorithms ring,tree,nvls_tree --min-bytes 16M --max-bytes 1G \
-        --json docs/data/engine_agreement_forced.json        # forced algorithms up to 1 GB (issue 32 item 3)
+    python tools/engine_agreement.py --ops allreduce --algorithms ring,hierarchical,tree,nvls,nvls_tree \
+        --min-bytes 16M --max-bytes 1G --json forced.json     # forced algorithms up to 1 GB (issue 32 item 3)
+
+docs/data/engine_agreement_forced.json holds that run's rows, the sd200 tiers' at 64 ranks and the 2x8 presets'
+with a 64 MiB end-to-end window (docs/collectives.md §Engine agreement to 1 GB).
 
 Runs `fabric.experiments.probe_collective.probe_collective` with each preset's own library (the nccl-like profile on
 every issue-16 preset) at sizes min, min x factor, ... and max, on the packet and on the analytic engine, over
