@@ -20,10 +20,12 @@ Cases (see docs/performance.md for figures):
   show.
 - `capture-1024`: the trace of a 1024-card deployment (workload kimi-k2-tp64-ep128-x8: 1024 distinct rank
   tables) captured, written to HDF5 and read back, each stage timed; no kernel (wall s: the three stages).
-- `serve-10k`, `serve-10k-packet`, `serve-1024` (by name only: minutes each): fabric-serve end to end
-  (fabric.serve.Deployment), DeepSeek-R1 serving the shipped Azure conversation trace: 10,000 requests on sd200 with
-  tp=64 on either engine (the packet engine's with a token budget of 2,048 a step), and 2,000 requests at 160 requests/s on sd200-1024 (16 replicas of attn=dp,ep=64, fp8
-  weights); stages deployment, steps (the step model's grid), schedule (the serving loop and the report).
+- `serve-10k`, `serve-10k-packet`, `serve-1024`, `serve-pd-10k` (by name only: minutes each): fabric-serve end to
+  end (fabric.serve.Deployment, or Disaggregated), DeepSeek-R1 serving the shipped Azure conversation trace: 10,000
+  requests on sd200 with tp=64 on either engine (the packet engine's with a token budget of 2,048 a step), 2,000
+  requests at 160 requests/s on sd200-1024 (16 replicas of attn=dp,ep=64, fp8 weights), and 10,000 requests on
+  sd200 disaggregated (prefill attn=tp8,ep=32 + decode attn=dp,ep=32, fp8; analytic); stages deployment, steps (the
+  step model's grid), schedule (the serving loop and the report).
 - `oneshot-N` (N = 128 .. 1024, presets sd200-N): the same one-shot traffic with 256 B packets; above 64 ranks
   the message shrinks as 64/N so that the total stays tractable (packets then grow linearly in N, not N^2), and
   the case name says the message size. The scaling exponent is fitted on wall time vs packets.
@@ -68,7 +70,9 @@ SERVE = {"serve-10k": dict(plan="tp=64", requests=10_000, engine="analytic"),
          # the packet engine's grid steps stop at 2,048 prompt tokens a step: a step of 8,192 is ~2e9 events
          "serve-10k-packet": dict(plan="tp=64", requests=10_000, engine="packet", token_budget=2048),
          "serve-1024": dict(preset="sd200-1024", plan="attn=dp,ep=64,weights=fp8,replicas=16", requests=2000,
-                            rate=160.0, engine="analytic")}
+                            rate=160.0, engine="analytic"),
+         "serve-pd-10k": dict(prefill="attn=tp8,ep=32,weights=fp8", decode="attn=dp,ep=32,weights=fp8",
+                              requests=10_000, engine="analytic")}
 
 
 def _replay_stages(case: str):
@@ -141,10 +145,15 @@ def serve_stages(case: str):
     from types import SimpleNamespace
 
     from fabric.serve import Deployment
+    from fabric.serve.disagg import Disaggregated
     args = dict(SERVE[case])
     t = time.perf_counter()
-    dep = Deployment(model="deepseek-r1", preset=args.pop("preset", "sd200"), plan=args.pop("plan"),
-                     engine=args.pop("engine"), token_budget=args.pop("token_budget", 8192))
+    common = dict(model="deepseek-r1", preset=args.pop("preset", "sd200"), engine=args.pop("engine"),
+                  token_budget=args.pop("token_budget", 8192))
+    if "prefill" in args:
+        dep = Disaggregated(prefill=args.pop("prefill"), decode=args.pop("decode"), **common)
+    else:
+        dep = Deployment(plan=args.pop("plan"), **common)
     st = {"deployment": time.perf_counter() - t}
     t = time.perf_counter()
     r = dep.serve("azure-conv", **args)
@@ -247,7 +256,7 @@ def scaling_exponent(rows: list[dict], per: str = "packets", of: str = "wall_s")
 
 _PATTERNS = (r"link(-quick)?", r"oneshot-(?P<n>[0-9]+)(-[0-9]+B)?", r"decode-(?P<preset>[a-z0-9-]+)-(packet|analytic)",
              r"ring-[1-9][0-9]*MB-64", r"allreduce-[1-9][0-9]*G-(?P<preset2>[a-z0-9-]+)",
-             r"replay-(sd200|1024)(-analytic)?", r"capture-1024", r"serve-10k(-packet)?|serve-1024")
+             r"replay-(sd200|1024)(-analytic)?", r"capture-1024", r"serve-10k(-packet)?|serve-1024|serve-pd-10k")
 
 
 def check_cases(cases) -> None:
