@@ -111,4 +111,5 @@ def test_least_outstanding_tokens_spreads_load_more_evenly_than_round_robin():
     lot, rr = serve(**run, balance="least_tokens")["imbalance"], serve(**run, balance="round_robin")["imbalance"]
     assert lot["tokens_max_over_mean"] >= 1.0 and rr["tokens_max_over_mean"] >= 1.0
     assert 1.0 <= lot["kv_max_over_mean"] < rr["kv_max_over_mean"]
+    assert lot["batch_max_over_mean"] >= 1.0 and rr["batch_max_over_mean"] >= 1.0
     assert serve(**dict(run, plan="tp=8", requests=20))["imbalance"] == {}      # one group: nothing to balance

@@ -201,3 +201,19 @@ def test_prefix_cache_cases_that_once_stalled(n, seed, capacity, tier_tokens, fr
     wl = with_shared_prefix(workload(n, seed, closed), frac, seed)
     s = run(wl, "tp=8", capacity, tier_tokens, token_budget=256, max_seqs=8, balance=balance)
     assert s.finished == n and (s.generated == wl.output_tokens).all()
+
+
+def test_batch_imbalance_is_the_busiest_groups_mean_batch_over_the_mean():
+    """One request on two attention groups: one group runs it all the time, the other nothing: 2x the mean batch
+    and KV; two equal requests, one on each: even."""
+    from fabric.serve.report import _imbalance
+    p = parse_plan("attn=dp,ep=2")
+    one = Workload("t", np.zeros(1), np.array([50]), np.array([20]))
+    s = Scheduler(one, p, LinearSteps(), 1000, token_budget=256, max_seqs=8)
+    s.run()
+    imb = _imbalance(s, one, ~np.isnan(s.finish))
+    assert imb["batch_max_over_mean"] == pytest.approx(2.0) and imb["kv_max_over_mean"] == pytest.approx(2.0)
+    two = Workload("t", np.zeros(2), np.array([50, 50]), np.array([20, 20]))
+    s = Scheduler(two, p, LinearSteps(), 1000, token_budget=256, max_seqs=8, balance="round_robin")
+    s.run()
+    assert _imbalance(s, two, ~np.isnan(s.finish))["batch_max_over_mean"] == pytest.approx(1.0)

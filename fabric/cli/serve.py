@@ -101,7 +101,7 @@ def render(r: dict) -> str:
                      f"steps waited {h['wait_s'] * 1e3:.1f} ms; {h['tokens_per_group']} tokens per attention group")
     imb = r.get("imbalance") or {}
     if imb:
-        what = {"tokens_max_over_mean": "tokens", "kv_max_over_mean": "KV held"}
+        what = {"tokens_max_over_mean": "tokens", "kv_max_over_mean": "KV held", "batch_max_over_mean": "batch"}
         lines.append(f"  balance              {r['balance']}: busiest attention group "
                      + ", ".join(f"{v:.2f}x the mean {what[k]}" for k, v in imb.items()))
     lines += [

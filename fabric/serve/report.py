@@ -20,16 +20,18 @@ def _pcts(x: np.ndarray, scale: float = 1.0) -> dict:
 
 def _imbalance(sched, wl, done) -> dict:
     """How evenly the balancer spread the load over the attention groups: the busiest group's tokens (prompt +
-    output of the requests it served) and mean KV held, over the mean of all groups (1.0: even)."""
+    output of the requests it served), mean KV held and mean batch (running sequences), over the mean of all groups
+    (1.0: even)."""
     groups = sum(len(rep) for rep in sched.groups)
     gid = getattr(sched, "group_of", None)
     out = {}
     if gid is not None and groups > 1:
         tokens = np.bincount(gid[done], weights=(wl.prompt_tokens + wl.output_tokens)[done], minlength=groups)
         out["tokens_max_over_mean"] = float(tokens.max() / tokens.mean()) if tokens.mean() else 1.0
-    kv = np.array([sched.rec.group_kv_s.get(g, 0.0) for g in range(groups)])
     if groups > 1:
-        out["kv_max_over_mean"] = float(kv.max() / kv.mean()) if kv.mean() else 1.0
+        for key, per in (("kv_max_over_mean", sched.rec.group_kv_s), ("batch_max_over_mean", sched.rec.group_batch_s)):
+            x = np.array([per.get(g, 0.0) for g in range(groups)])
+            out[key] = float(x.max() / x.mean()) if x.mean() else 1.0
     return out
 
 

@@ -76,6 +76,7 @@ class Trace:
     prefix_host_hits: int = 0                         # of those hits, the ones whose entry was reloaded from host
     comm_s: float = 0.0                               # exposed communication, summed over the steps
     group_kv_s: dict = field(default_factory=dict)    # attention group -> KV tokens held x seconds (its mean KV)
+    group_batch_s: dict = field(default_factory=dict)  # attention group -> running sequences x seconds
 
 
 class Scheduler:
@@ -520,6 +521,7 @@ class Scheduler:
         for g, grp in enumerate(self.groups[r]):       # the KV a group holds after the stretch, over its time
             key = r * self.plan.dp + g
             rec.group_kv_s[key] = rec.group_kv_s.get(key, 0.0) + grp.kv_used * dur
+            rec.group_batch_s[key] = rec.group_batch_s.get(key, 0.0) + len(grp.running) * dur
 
     # ---------------------------------------------------------------- the loop
 
