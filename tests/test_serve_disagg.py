@@ -150,7 +150,7 @@ def test_coupled_pools_serve_every_request_once_under_backpressure(n, seed, dec_
               token_budget=256, max_seqs=8)
     ds = Pool(dataclasses.replace(wl, prefilled=True), parse_plan("attn=dp,ep=2"), LinearSteps(), dec_capacity,
               token_budget=256, max_seqs=8)
-    t_us = np.full(n, transfer_us)
+    t_us = lambda rid, t: transfer_us                                        # noqa: E731
     streamed = (lambda rid: ps.finish[rid] + 1e-6) if layered else None
     landed = couple(ps, ds, moved, t_us, streamed)
     assert ps.finished == n and ds.finished == int(moved.sum())
@@ -171,7 +171,7 @@ def test_a_full_decode_pool_holds_the_prefill_pool_back():
                    450, token_budget=1000, max_seqs=8)
     ds = Scheduler(dataclasses.replace(wl, prefilled=True), parse_plan("tp=8"), LinearSteps(), 310,
                    token_budget=1000, max_seqs=8)
-    landed = couple(ps, ds, np.ones(4, bool), np.full(4, 10.0))
+    landed = couple(ps, ds, np.ones(4, bool), lambda rid, t: 10.0)
     order = np.argsort(landed)
     assert (np.diff(landed[order]) > 0).all()
     assert (landed[order][1:] >= ds.finish[order][:-1]).all()     # one at a time: each lands after the last left
@@ -190,3 +190,30 @@ def test_handover_links_carry_its_bytes():
     r = serve_disaggregated(**TOY)
     h = r["kv_handover"]
     assert h["links"] and all(x["gb"] == pytest.approx(x["share"] * h["bytes"] / 1e9) for x in h["links"])
+
+
+@pytest.mark.parametrize("load", [0.25, 0.6])
+def test_handover_slowdown_under_decode_traffic_lies_within_the_engines_outcomes(load):
+    """A coupled run slows a hand-over by 1 / (1 - load) where the decode pool's traffic takes `load` of the
+    destination rank's ingress (traffic spread evenly over the hand-over). The engines, given that many bytes into the
+    same rank from 4 or 8 other ranks, land the hand-over earlier or later depending on who queues first (analytic:
+    first come first served; packet: round robin): the fluid estimate lies within their outcomes, and every one of
+    them is later than the idle hand-over."""
+    from fabric.config import load_config
+    cfg = load_config("sd200")
+    bpt, tokens = 61 * (512 + 64) * 2, 4096
+    other = tokens * bpt * load / (1 - load)                       # bytes into rank 40 from its own pool meanwhile
+    outcomes = []
+    for engine in ("analytic", "packet"):
+        h = Handover(cfg, [0], [40], bpt, engine)
+        for src in ([33, 34, 35, 36], [32, 41, 42, 43, 44, 45, 46, 47]):
+            k = len(src)
+            outcomes.append(h.simulate(tokens, background=(np.array(src), np.full(k, 40), np.full(k, int(other // k)))))
+    model = h.base_us + h.slope_us * tokens / (1 - load)
+    assert min(outcomes) > h.time_us(tokens) and min(outcomes) <= model <= max(outcomes)
+
+
+def test_a_busy_decode_pool_slows_the_handover():
+    r = serve_disaggregated(**dict(TOY, workload="poisson:rate=2000,in=uniform:200-400,out=uniform:20-40"))
+    h = r["kv_handover"]
+    assert 1.0 < h["slowdown_mean"] <= h["slowdown_max"] <= 10.0

@@ -22,8 +22,13 @@ then (it streams into memory the decode pool has set aside); admitted later, it 
 The hand-over time is the engine's: every source rank sends its share to every destination rank, split over the
 accelerator's ports, on the idle fabric, simulated at two sizes and linear between (a transfer on an idle path is
 latency + bytes / bandwidth; `Handover.simulate` also takes background traffic, and a test shows a hand-over sharing
-its links landing later). Not modelled in a served run: its contention with the pools' own traffic (each pool's
-steps are simulated on ranks 0.. of the preset).
+its links landing later). In a served run the hand-over shares the destination rank's ingress with the decode
+pool's own steps (their collectives and expert all-to-all land on the same ports): at its admission the decode pool's
+current step carries B bytes per rank in a step of D seconds, a load u = B / (ingress payload rate x D) (at most
+MAX_LOAD), and the hand-over's bytes take 1 / (1 - u) as long (that traffic spread evenly over the hand-over; the
+engines, given the same bytes, land it earlier or later by who queues first, and the estimate lies within their
+outcomes: tested). Not modelled: the prefill pool's traffic on the hand-over's source side (its sources are
+spread over the prefill group's ranks), and each pool's steps being simulated on ranks 0.. of the preset.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import numpy as np
 from fabric.errors import ConfigError
 
 PROBE_TOKENS = (256, 8192)       # the two hand-over sizes simulated (prompt tokens)
+MAX_LOAD = 0.9                   # the decode pool's share of a rank's ingress a hand-over can be slowed by, at most
 
 
 class Handover:
@@ -123,6 +129,8 @@ class Disaggregated:
                                  range(p_ranks, p_ranks + self.decode.plan.attn_tp),
                                  self.decode.kv.bytes_per_token, engine)
         self.handover_links = self.handover.links()   # the representative pair of groups' path
+        from fabric import phy
+        self.ingress_Bps = phy.data_gbps(cfg) / 8 * 1e9 * max(int(cfg.topology.ports_per_accel), 1)
         pre, dec = self.prefill, self.decode
         self.meta = dict(model=pre.model_name, preset=preset, chip=pre.chip.name,
                          plan=f"prefill {prefill} | decode {decode}",
@@ -140,12 +148,33 @@ class Disaggregated:
                        dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, tier=dec.tier,
                        **sched_kw)
         full_us = hand.time_us(wl.prompt_tokens)
+        self._slowdown = np.ones(wl.n)
+
+        def transfer_us(rid: int, t: float) -> float:
+            """The hand-over's time with the decode pool's own traffic into the ranks it lands on (module doc)."""
+            load = self.decode_load(ds, int(ds.group_of[rid]) // dec.plan.dp)
+            self._slowdown[rid] = 1.0 / (1.0 - load)
+            return hand.base_us + hand.slope_us * float(wl.prompt_tokens[rid]) * self._slowdown[rid]
         streamed = None
         if pre.plan.handover == "layered":    # each layer's KV of a chunk leaves as soon as the layer made it
             def streamed(rid):
                 return max(ps.finish[rid] + hand.time_us(ps.last_chunk[rid] / pre.spec.layers) / 1e6,
                            ps.prefill_start[rid] + full_us[rid] / 1e6)
-        return ps, ds, couple(ps, ds, moved, full_us, streamed)
+        return ps, ds, couple(ps, ds, moved, transfer_us, streamed)
+
+    def decode_load(self, ds, replica: int) -> float:
+        """The share of a decode rank's ingress bandwidth the decode pool's own steps use at its current batch: the
+        bytes its step carries (all classes, the whole step over the pool's ranks) over the rank's ports' payload
+        rate and the step's time; at most MAX_LOAD."""
+        groups = ds.groups[replica]
+        n = max(len(g.running) for g in groups)
+        if not n:
+            return 0.0
+        kv = max(int(ds.kv[g.running].sum()) for g in groups if g.running)
+        dur_us, _, nbytes = self.decode.stepmodel.step(n, kv, mean_tokens=sum(len(g.running) for g in groups)
+                                                       / len(groups))
+        per_rank = sum(nbytes) / self.decode.plan.ranks
+        return min(per_rank / self.ingress_Bps / (dur_us * 1e-6), MAX_LOAD)
 
     def serve(self, workload: str = "azure-conv", *, requests: int | None = None, duration_s: float | None = None,
               rate: float | None = None, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
@@ -185,6 +214,8 @@ class Disaggregated:
                     ranks=self.ranks, attention_groups=pre.plan.groups + dec.plan.groups, memory=dec.kv.as_dict(),
                     **res, pools=dict(prefill=_pool(ps, pre), decode=_pool(ds, dec)),
                     kv_handover=dict(mode=pre.plan.handover, requests=int(moved.sum()),
+                                     slowdown_mean=float(self._slowdown[moved].mean()) if moved.any() else 1.0,
+                                     slowdown_max=float(self._slowdown[moved].max()) if moved.any() else 1.0,
                                      mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
                                      p99_ms=float(np.percentile(h, 99) * 1e-3) if len(h) else 0.0,
                                      bytes=res["fabric_bytes"]["kv_handover"], us_per_token=hand.slope_us,
@@ -216,14 +247,14 @@ def couple(ps, ds, moved, transfer_us, streamed=None) -> np.ndarray:
     landed in the decode pool (NaN: it had one output token and never left the prefill pool).
 
     A finished prefill's request (moved[rid]) goes to the decode pool, which admits it when it has room for its KV;
-    the KV then moves, transfer_us[rid], or has already streamed by streamed(rid) if the decode pool admitted it by
-    then (layer-by-layer hand-over); the prefill pool holds it until it has landed, so a full decode pool holds
+    the KV then moves, transfer_us(rid, t) us from its admission at t, or has already streamed by streamed(rid) if
+    the decode pool admitted it by then (layer-by-layer hand-over); the prefill pool holds it until it has landed, so a full decode pool holds
     the prefill pool back. A closed loop's user sends its next request when either pool finishes its last."""
     landed = np.full(len(moved), np.nan)
     releases: list = []                                   # (time its KV has left the prefill pool, request)
 
     def admitted(rid: int, t: float) -> float:
-        land = t + transfer_us[rid] / 1e6
+        land = t + transfer_us(rid, t) / 1e6
         if streamed is not None and t <= streamed(rid):
             land = streamed(rid)
         landed[rid] = land
