@@ -11,14 +11,15 @@ because Cython does not regenerate C files when only directives change.
 import os
 import sys
 
-import numpy as np
 import setuptools
-from Cython.Build import cythonize
-from setuptools import Extension, setup
 
 if int(setuptools.__version__.split(".")[0]) < 77:   # pyproject.toml's SPDX licence (PEP 639) needs 77
     sys.exit(f"setuptools {setuptools.__version__} cannot read pyproject.toml's licence (the SPDX form, PEP 639): "
              "pip install 'setuptools>=77' (pip install -e . fetches it by itself)")
+
+import numpy as np  # noqa: E402  (after the check: an old setuptools is the first thing to name)
+from Cython.Build import cythonize  # noqa: E402
+from setuptools import Extension, setup  # noqa: E402
 
 DEBUG = os.environ.get("FABRIC_DEBUG", "0") == "1"
 directives = {
