@@ -32,7 +32,7 @@ from fabric.network import build
 from fabric.experiments import nccl_tests, pool
 from fabric.experiments.probe_collective import probe_collective
 
-PRESETS = ("dgx-a100", "dgx-h100", "dgx-b200", "hgx-h100-2x8-ib", "hgx-h200-2x8-roce")
+PRESETS = ("dgx-a100", "dgx-h100", "dgx-b200", "hgx-h100-2x8-ib", "hgx-h200-2x8-roce", "hgx-h100-ib", "hgx-h800-ib")
 OPS = ("allreduce", "allgather", "reduce_scatter")       # the default; alltoall on request (--ops)
 ALL_OPS = OPS + ("alltoall",)
 
