@@ -84,9 +84,10 @@ class Handover:
         from fabric import sim
         from fabric.network import shared
         topo = shared(self.cfg)
-        res = sim.run(self.cfg, topo, self.graph(tokens), engine="packet", transfers=False)
+        g = self.graph(tokens)
+        res = sim.run(self.cfg, topo, g, engine="packet", transfers=False)
         payload = res.counters["payload_B"].astype(np.float64)
-        total = float(self.graph(tokens)["nbytes"].sum())
+        total = float(g["nbytes"].sum())
         used = np.flatnonzero(payload > 0)
         used = used[np.argsort(-payload[used], kind="stable")]
         return [dict(channel=topo.channel_name(int(c)), share=float(payload[c] / total)) for c in used]
@@ -105,6 +106,7 @@ class Disaggregated:
     def __init__(self, *, model: str | None = None, hf_config: str | None = None, preset: str = "sd200", cfg=None,
                  prefill: str, decode: str, engine: str = "analytic", seed: int = 0,
                  chip: str = "sd200-accelerator", token_budget: int = 8192, on_point=None, kv_tier: str = "hbm"):
+        from fabric import phy
         from fabric.config import load_config
         from fabric.network import shared
         from fabric.serve.deployment import Deployment
@@ -129,7 +131,6 @@ class Disaggregated:
                                  range(p_ranks, p_ranks + self.decode.plan.attn_tp),
                                  self.decode.kv.bytes_per_token, engine)
         self.handover_links = self.handover.links()   # the representative pair of groups' path
-        from fabric import phy
         self.ingress_Bps = phy.data_gbps(cfg) / 8 * 1e9 * max(int(cfg.topology.ports_per_accel), 1)
         pre, dec = self.prefill, self.decode
         self.meta = dict(model=pre.model_name, preset=preset, chip=pre.chip.name,
@@ -138,7 +139,8 @@ class Disaggregated:
                          engine=engine, seed=seed, token_budget=token_budget, kv_tier=kv_tier)
 
     def _cosimulate(self, wl, sched_kw: dict, progress):
-        """The two pools' schedulers run coupled (couple); returns (prefill, decode scheduler, landing times)."""
+        """The two pools' schedulers run coupled (couple); returns (prefill, decode scheduler, landing times, each
+        hand-over's slowdown by the decode pool's traffic)."""
         from fabric.serve.scheduler import Scheduler
         pre, dec, hand = self.prefill, self.decode, self.handover
         moved = wl.output_tokens > 1
@@ -148,19 +150,19 @@ class Disaggregated:
                        dec.plan, dec.stepmodel, dec.kv.tokens_per_group, progress=progress, tier=dec.tier,
                        **sched_kw)
         full_us = hand.time_us(wl.prompt_tokens)
-        self._slowdown = np.ones(wl.n)
+        slowdown = np.ones(wl.n)
 
         def transfer_us(rid: int, t: float) -> float:
             """The hand-over's time with the decode pool's own traffic into the ranks it lands on (module doc)."""
             load = self.decode_load(ds, int(ds.group_of[rid]) // dec.plan.dp)
-            self._slowdown[rid] = 1.0 / (1.0 - load)
-            return hand.base_us + hand.slope_us * float(wl.prompt_tokens[rid]) * self._slowdown[rid]
+            slowdown[rid] = 1.0 / (1.0 - load)
+            return hand.base_us + hand.slope_us * float(wl.prompt_tokens[rid]) * slowdown[rid]
         streamed = None
         if pre.plan.handover == "layered":    # each layer's KV of a chunk leaves as soon as the layer made it
             def streamed(rid):
                 return max(ps.finish[rid] + hand.time_us(ps.last_chunk[rid] / pre.spec.layers) / 1e6,
                            ps.prefill_start[rid] + full_us[rid] / 1e6)
-        return ps, ds, couple(ps, ds, moved, transfer_us, streamed)
+        return ps, ds, couple(ps, ds, moved, transfer_us, streamed), slowdown
 
     def decode_load(self, ds, replica: int) -> float:
         """The share of a decode rank's ingress bandwidth the decode pool's own steps use at its current batch: the
@@ -193,7 +195,7 @@ class Disaggregated:
         sched_kw = dict(token_budget=budget, max_seqs=max_seqs, balance=balance)
         simulated = pre.stepmodel.simulated + dec.stepmodel.simulated
         sim_s = pre.stepmodel.sim_s + dec.stepmodel.sim_s
-        ps, ds, landed = self._cosimulate(wl, sched_kw, progress)
+        ps, ds, landed, slowdown = self._cosimulate(wl, sched_kw, progress)
         moved = wl.output_tokens > 1
         hand_us = (landed - ps.finish) * 1e6                  # what a request waits after its prefill
 
@@ -214,8 +216,8 @@ class Disaggregated:
                     ranks=self.ranks, attention_groups=pre.plan.groups + dec.plan.groups, memory=dec.kv.as_dict(),
                     **res, pools=dict(prefill=_pool(ps, pre), decode=_pool(ds, dec)),
                     kv_handover=dict(mode=pre.plan.handover, requests=int(moved.sum()),
-                                     slowdown_mean=float(self._slowdown[moved].mean()) if moved.any() else 1.0,
-                                     slowdown_max=float(self._slowdown[moved].max()) if moved.any() else 1.0,
+                                     slowdown_mean=float(slowdown[moved].mean()) if moved.any() else 1.0,
+                                     slowdown_max=float(slowdown[moved].max()) if moved.any() else 1.0,
                                      mean_ms=float(h.mean() * 1e-3) if len(h) else 0.0,
                                      p99_ms=float(np.percentile(h, 99) * 1e-3) if len(h) else 0.0,
                                      bytes=res["fabric_bytes"]["kv_handover"], us_per_token=hand.slope_us,

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fabric.errors import ConfigError
+from fabric.serve.tier import OFFLOAD, RELOAD
 
 BALANCERS = ("round_robin", "least_tokens", "kv_aware")
 
@@ -44,6 +45,7 @@ BALANCERS = ("round_robin", "least_tokens", "kv_aware")
 @dataclass
 class Group:
     capacity: int
+    index: int                                       # replica x groups per replica + its place in the replica
     waiting: list = field(default_factory=list)      # request ids, next first (preempted ones go to the front)
     running: list = field(default_factory=list)      # request ids in admission order
     prefilling: list = field(default_factory=list)   # the running ones whose prefill is not done, in order
@@ -102,8 +104,8 @@ class Scheduler:
                               f"{int(workload.prompt_tokens[worst])} + output {int(workload.output_tokens[worst])}) "
                               f"but an attention group holds {kv_capacity}; it could never finish: use a plan with "
                               f"more KV per group (attn=dp, smaller weights) or drop such requests from the workload")
-        self.groups = [[Group(kv_capacity) for _ in range(plan.dp)] for _ in range(plan.replicas)]
-        self.every_group = [(r, g) for r in range(plan.replicas) for g in range(plan.dp)]   # (replica, group)
+        self.groups = [[Group(kv_capacity, r * plan.dp + g) for g in range(plan.dp)] for r in range(plan.replicas)]
+        self.every_group = [grp for rep in self.groups for grp in rep]          # in index order
         self.free_at = np.zeros(plan.replicas)           # when each replica's current step ends
         self.prompt = workload.prompt_tokens.astype(np.int64)
         self.out = workload.output_tokens.astype(np.int64)
@@ -152,23 +154,22 @@ class Scheduler:
 
     def _assign(self, rid: int, t: float) -> None:
         if self.balance == "round_robin":
-            r, g = self.every_group[self.rr % len(self.every_group)]
+            grp = self.every_group[self.rr % len(self.every_group)]
             self.rr += 1
         elif self.balance == "kv_aware":
-            r, g = max(self.every_group, key=lambda rg: self._room(self.groups[rg[0]][rg[1]]))
+            grp = max(self.every_group, key=self._room)
             if self.pid is not None:
                 p, need = int(self.pid[rid]), int(self.target[rid] + self.out[rid])
-                hold = [rg for rg in self.every_group if (p in self.groups[rg[0]][rg[1]].cache or p in
-                        self.groups[rg[0]][rg[1]].host_cache) and self._room(self.groups[rg[0]][rg[1]]) >= need]
+                hold = [x for x in self.every_group if (p in x.cache or p in x.host_cache) and self._room(x) >= need]
                 if hold:
-                    r, g = max(hold, key=lambda rg: self._room(self.groups[rg[0]][rg[1]]))
+                    grp = max(hold, key=self._room)
         else:
-            r, g = min(self.every_group, key=lambda rg: self.groups[rg[0]][rg[1]].outstanding)
-        grp = self.groups[r][g]
+            grp = min(self.every_group, key=lambda x: x.outstanding)
         grp.waiting.append(rid)
         grp.outstanding += int(self.target[rid] - self.done_prefill[rid] + self.out[rid] - self.generated[rid])
         self.arrival[rid] = t
-        self.group_of[rid] = r * self.plan.dp + g
+        self.group_of[rid] = grp.index
+        r = grp.index // self.plan.dp
         self.free_at[r] = t if self.free_at[r] == np.inf else max(self.free_at[r], t)
 
     @staticmethod
@@ -190,7 +191,6 @@ class Scheduler:
         own = int(self.kv[rid])
         held = own + int(self.shared[rid])           # its prefix goes too: a swapped sequence pins no entry
         if self.tier is not None and own and self._host_room(grp, held):
-            from fabric.serve.tier import OFFLOAD
             self._unpin(grp, rid)
             grp.kv_used -= own
             grp.host_used += held
@@ -230,7 +230,6 @@ class Scheduler:
 
     def _use_prefix(self, grp: Group, rid: int, hit: int) -> None:
         """rid starts its prefill after `hit` cached tokens of its prefix (reloaded first if in host memory)."""
-        from fabric.serve.tier import RELOAD
         p = int(self.pid[rid])
         if p in grp.host_cache:
             t = grp.host_cache.pop(p)
@@ -273,7 +272,6 @@ class Scheduler:
     def _evict(self, grp: Group, short: int, keep: int = -1) -> bool:
         """Free `short` KV tokens from cache entries no sequence uses (least recently used first; offloaded to the
         host tier while it has room); False, evicting nothing, if they cannot."""
-        from fabric.serve.tier import OFFLOAD
         free = [p for p in grp.cache if not grp.pins.get(p, 0) and p != keep]
         if sum(grp.cache[p] for p in free) < short:
             return False
@@ -286,7 +284,7 @@ class Scheduler:
             if self.tier is not None and self._host_room(grp, t, keep):
                 grp.host_cache[p] = t
                 grp.host_used += t
-                self.moves.append((self._group_index(grp), t, OFFLOAD))
+                self.moves.append((grp.index, t, OFFLOAD))
         return True
 
     def _host_room(self, grp: Group, tokens: int, keep: int = -1) -> bool:
@@ -301,13 +299,6 @@ class Scheduler:
                 break
             grp.host_used -= grp.host_cache.pop(p)
         return True
-
-    def _group_index(self, grp: Group) -> int:
-        for r, rep in enumerate(self.groups):
-            for g, x in enumerate(rep):
-                if x is grp:
-                    return r * self.plan.dp + g
-        raise ValueError("not a group of this scheduler")
 
     def _decoding(self, grp: Group) -> np.ndarray:
         ids = np.asarray(grp.running, np.int64)
@@ -350,7 +341,6 @@ class Scheduler:
                 self._use_prefix(grp, rid, hit)
             handed = self.on_admit is not None and todo <= 0 and not self.host[rid] and not self.ready_at[rid]
             if self.host[rid]:                        # swapped out: reloaded before this step's forward pass
-                from fabric.serve.tier import RELOAD
                 self.moves.append((int(self.group_of[rid]), brings, RELOAD))
                 grp.host_used -= brings
                 self.host[rid] = 0
@@ -518,10 +508,9 @@ class Scheduler:
         rec.kv_used.append(sum(g.kv_used for g in self.groups[r]))
         rec.queued.append(sum(len(g.waiting) for g in self.groups[r]))
         rec.bytes_by_class += np.asarray(nbytes)
-        for g, grp in enumerate(self.groups[r]):       # the KV a group holds after the stretch, over its time
-            key = r * self.plan.dp + g
-            rec.group_kv_s[key] = rec.group_kv_s.get(key, 0.0) + grp.kv_used * dur
-            rec.group_batch_s[key] = rec.group_batch_s.get(key, 0.0) + len(grp.running) * dur
+        for grp in self.groups[r]:                     # the KV a group holds after the stretch, over its time
+            rec.group_kv_s[grp.index] = rec.group_kv_s.get(grp.index, 0.0) + grp.kv_used * dur
+            rec.group_batch_s[grp.index] = rec.group_batch_s.get(grp.index, 0.0) + len(grp.running) * dur
 
     # ---------------------------------------------------------------- the loop
 

@@ -60,8 +60,7 @@ class HostTier:
         topo = self.topo = shared(self.cfg)
         hm = self.cfg.topology.host_memory
         per_domain = self.cfg.topology.accels_per_domain
-        self.node_bytes = hm.gib_per_node * GIB
-        per_rank = hm.nodes_per_domain * self.node_bytes / per_domain * kv_fraction
+        per_rank = hm.nodes_per_domain * hm.gib_per_node * GIB / per_domain * kv_fraction
         # bytes a rank moves per token: one copy spread over the group out, what it holds back
         self.rank_bytes = {OFFLOAD: self.bpt / plan.attn_tp if replicated else self.bpt, RELOAD: self.bpt}
         self.tokens_per_group = int(per_rank // self.rank_bytes[OFFLOAD])
@@ -75,9 +74,8 @@ class HostTier:
         hm_ranks = np.asarray(topo.host_memory_ranks, np.int64).reshape(-1, hm.nodes_per_domain)
         self.node_of = hm_ranks[dom, np.arange(n_serving) % per_domain % hm.nodes_per_domain]
         self.first_rank = first_rank
-        r0 = first_rank
-        domain_ranks = np.flatnonzero(dom == dom[r0])
-        self.fit = {d: self._fit(d, r0, domain_ranks) for d in (OFFLOAD, RELOAD)}
+        domain_ranks = np.flatnonzero(dom == dom[first_rank])
+        self.fit = {d: self._fit(d, first_rank, domain_ranks) for d in (OFFLOAD, RELOAD)}
 
     # ---------------------------------------------------------------- the engine
 
