@@ -240,6 +240,13 @@ class EndpointConfig(Section):
                                          "4/3 for the quarter-window grants, 25% margin (fabric/phy.py "
                                          "e2e_window_needs); 248 KiB on sd200 (124 GB/s x 1.15 us); an explicit "
                                          "value that caps a pair warns")
+    e2e_grants: bool = param(True, unit="bool",
+                             help="whether destinations pre-grant receive space end to end (the window above); "
+                                  "false = no end-to-end window: a store waits only for link-level credits",
+                             reason="on: the generic fabric's preventive flow control (docs/kernel.md); NVLink and "
+                                    "InfiniBand/RoCE RDMA writes have no end-to-end grant (link credits only; "
+                                    "NCCL's own flow control is the library's slices_in_flight), so the hgx-* and "
+                                    "dgx-* presets set false")
     p2p_forward_ns: float = param(30.0, unit="ns", lo=0, hi=1e7,
                                   help="extra cost when cross-host P2P traffic is forwarded through a shadow port",
                                   reason="one more table lookup and re-tagging in the forwarding port")
@@ -325,6 +332,15 @@ class Sd200LibraryConfig(Section):
                                           "the packet engine, docs/collectives.md §Both engines at 64 ranks), the "
                                           "second at the same size",
                                    was="collectives.twoshot_max_bytes")
+    tier_check_margin: float = param(0.25, unit="ratio", lo=0, hi=10,
+                                     help="auto tiers: the candidates whose analytic-engine time is within this "
+                                          "fraction of the least are run again on the packet engine, which picks "
+                                          "among them; 0 = the analytic engine alone",
+                                     reason="the analytic engine has no finite switch buffers and is up to 19 % "
+                                            "optimistic at 64 ranks where switch input pools fill (two-shot: 140 "
+                                            "vs 157 us at 2 MiB, where ring takes 147 on both engines; "
+                                            "docs/collectives.md §Engine agreement to 1 GB); a candidate more than "
+                                            "25 % slower on it cannot win on the packet engine")
 
 
 @dataclass(frozen=True)
@@ -637,6 +653,9 @@ def _cross_check(c: FabricConfig) -> None:
     if c.link.credit_pool_flits and need > c.link.credit_pool_flits:     # 0 = auto (fabric.sim.flow_control)
         raise ConfigError(f"txn.max_payload_bytes={largest} needs {need} flits of buffer but link.credit_pool_flits="
                           f"{c.link.credit_pool_flits}; raise link.credit_pool_flits to >= {need} or lower the payload")
+    if c.endpoint.e2e_window_bytes and not c.endpoint.e2e_grants:
+        raise ConfigError(f"endpoint.e2e_window_bytes={c.endpoint.e2e_window_bytes} with endpoint.e2e_grants=false "
+                          f"(no end-to-end window); set endpoint.e2e_grants=true to use a window")
     if c.endpoint.e2e_window_bytes and c.endpoint.e2e_window_bytes < c.txn.max_payload_bytes:
         raise ConfigError(f"endpoint.e2e_window_bytes={c.endpoint.e2e_window_bytes} is smaller than one packet "
                           f"(txn.max_payload_bytes={c.txn.max_payload_bytes}); raise it to >= "
