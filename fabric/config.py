@@ -332,15 +332,6 @@ class Sd200LibraryConfig(Section):
                                           "the packet engine, docs/collectives.md §Both engines at 64 ranks), the "
                                           "second at the same size",
                                    was="collectives.twoshot_max_bytes")
-    tier_check_margin: float = param(0.25, unit="ratio", lo=0, hi=10,
-                                     help="auto tiers: the candidates whose analytic-engine time is within this "
-                                          "fraction of the least are run again on the packet engine, which picks "
-                                          "among them; 0 = the analytic engine alone",
-                                     reason="the analytic engine has no finite switch buffers and is up to 19 % "
-                                            "optimistic at 64 ranks where switch input pools fill (two-shot: 140 "
-                                            "vs 157 us at 2 MiB, where ring takes 147 on both engines; "
-                                            "docs/collectives.md §Engine agreement to 1 GB); a candidate more than "
-                                            "25 % slower on it cannot win on the packet engine")
 
 
 @dataclass(frozen=True)
