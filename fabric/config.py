@@ -332,6 +332,24 @@ class Sd200LibraryConfig(Section):
                                           "the packet engine, docs/collectives.md §Both engines at 64 ranks), the "
                                           "second at the same size",
                                    was="collectives.twoshot_max_bytes")
+    tier_check_margin: float = param(0.5, unit="ratio", lo=0, hi=10,
+                                     help="auto tiers: the candidates whose analytic-engine time is within this "
+                                          "fraction of the least are run again on the packet engine, which picks "
+                                          "among them; 0 = the analytic engine alone",
+                                     reason="the analytic engine has no finite switch buffers: where switch input "
+                                            "pools fill it is optimistic, by up to 19 % on sd200 at 64 ranks "
+                                            "(two-shot 140 vs 157 us at 2 MiB, where ring takes 147 on both) and "
+                                            "by 1.47x for two-shot over the 4x4x4 accelerator mesh at 1 GiB "
+                                            "(docs/collectives.md §Engine agreement to 1 GB); a candidate 1.5x "
+                                            "the least on it has not won on the packet engine")
+    tier_check_max_bytes: int = param(8 << 20, unit="B", lo=8, hi=1 << 40,
+                                      help="largest size the tier check runs on the packet engine (rounded up to "
+                                           "a power of two); a larger call scales each candidate's analytic time "
+                                           "by its packet / analytic ratio at this size",
+                                      reason="the check's cost grows with the bytes: two-shot over the 4x4x4 "
+                                             "mesh takes 0.4 s of packet engine at 2 MiB and 126 s at 1 GiB; "
+                                             "from a few MiB every candidate is bandwidth-bound and its ratio "
+                                             "settles (1.44x at 16 MiB, 1.47x at 1 GiB)")
 
 
 @dataclass(frozen=True)

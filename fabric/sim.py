@@ -509,24 +509,46 @@ def run_parts(cfg: FabricConfig, topo, graph, engine: str = "packet", jobs: int 
     return outcome, eng, time.perf_counter() - t0
 
 
+def _oracle_fabric(cfg: FabricConfig, fragments):
+    """The healthy fabric cfg describes (fabric.network.shared), confined to the routes among the fragments'
+    ranks 0..n-1 (routing.confined)."""
+    from fabric.network import shared
+    from fabric.routing import confined
+    topo = shared(cfg)
+    n = fragments[0].n
+    if n > topo.n_ranks:
+        raise ConfigError(f"a {fragments[0].kind} over {n} ranks does not fit this fabric of {topo.n_ranks} "
+                          f"accelerators")
+    return topo, confined(topo, n)
+
+
+def packet_times(cfg: FabricConfig, fragments) -> list[float]:
+    """The auto tiers' check (analytic_times.check, fabric.collectives.policy): the time in us of each fragment
+    run alone on the packet engine, one engine each (a fragment's packets, Acks and credits never meet the next's),
+    on the same confined routes as analytic_times."""
+    topo, routes = _oracle_fabric(cfg, fragments)
+    out = []
+    for frag in fragments:
+        res = run(cfg, routes, frag.to_graph(n_ranks=topo.n_ranks, label=frag.kind), engine="packet",
+                  transfers=False, permanent=())
+        out.append(float(res.task_end_ps[np.asarray(frag.done)].max() - res.task_start_ps.min()) / 1e6)
+    return out
+
+
 def analytic_times(cfg: FabricConfig, fragments) -> list[float]:
     """The cost oracle the pipeline hands the collectives' auto tiers (fabric.collectives.policy): the time in us
     of each fragment (all over the same ranks 0..n-1), each run alone on the analytic engine over the healthy fabric
-    cfg describes (fabric.network.shared).
+    cfg describes (fabric.network.shared). It carries `check` (packet_times): the tiers run the candidates it
+    cannot tell apart on the packet engine, which has the switch buffers it lacks.
 
     One engine for every fragment, on the routes among the group's ranks alone (routing.confined: the same run; a
     decision on 1024 ranks 0.36 -> 0.07 s CPU): each runs after a barrier on every task of the previous one (flags
     may still fly after a rank's output is ready), so it finds every channel idle as a run of its own would
     (released by one barrier: equal start times break ties in the barrier's order, so a time may differ from a lone
     run's by a few hundred ps)."""
-    from fabric.network import shared
-    from fabric.routing import confined
     from fabric.taskgraph import JOIN, GraphBuilder
-    topo = shared(cfg)
+    topo, routes = _oracle_fabric(cfg, fragments)
     n = fragments[0].n
-    if n > topo.n_ranks:
-        raise ConfigError(f"a {fragments[0].kind} over {n} ranks does not fit this fabric of {topo.n_ranks} "
-                          f"accelerators")
     b = GraphBuilder(topo.n_ranks)
     ranks = np.arange(n)
     spans, prev = [], None
@@ -539,5 +561,8 @@ def analytic_times(cfg: FabricConfig, fragments) -> list[float]:
             b.add_edges(barrier, first)
         spans.append((first, done))
         prev = np.arange(lo, lo + frag.n_tasks)
-    res = run(cfg, confined(topo, n), b.build(), engine="analytic", transfers=False, permanent=())
+    res = run(cfg, routes, b.build(), engine="analytic", transfers=False, permanent=())
     return [float(res.task_end_ps[done].max() - res.task_start_ps[first].min()) / 1e6 for first, done in spans]
+
+
+analytic_times.check = packet_times

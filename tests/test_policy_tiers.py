@@ -79,6 +79,24 @@ def test_allreduce_time_is_monotonic_in_size(preset):
 
 
 @pytest.mark.timeout(300)
+def test_auto_tier_is_monotonic_on_both_engines():
+    """sd200, 64 ranks, 64 KiB .. 8 MiB: the tiers run on each engine in time that grows with the size (issue 32
+    item 3). At 2 MiB the analytic engine alone puts two-shot (140 us) before ring (147); the packet engine runs
+    two-shot 157 us, so the check picks ring, and the packet engine's time no longer falls from 2 to 4 MiB."""
+    ms = sizes(64 << 10, 8 << 20)
+    got = {e: [probe_collective(SD200, "allreduce", m, ranks=64, engine=e, topo=shared(SD200)) for m in ms]
+           for e in ("analytic", "packet")}
+    for e, rows in got.items():
+        t = [r["time_us"] for r in rows]
+        assert all(b >= a for a, b in zip(t, t[1:])), (e, t)
+    assert got["packet"][ms.index(2 << 20)]["algorithm"] == "ring"
+    # the tier's picks agree across engines within 10 %
+    assert all(abs(a["time_us"] / p["time_us"] - 1) < 0.10 for a, p in zip(got["analytic"], got["packet"]))
+    alone = load_config("sd200", overrides={"collectives.sd200.tier_check_margin": 0})
+    assert select("allreduce", 2 << 20, 64, alone, oracle=ORACLE) == "twoshot"
+
+
+@pytest.mark.timeout(300)
 def test_no_cliff_on_the_packet_engine():
     """sd200, 64 ranks, around the old one-shot ceiling: the packet engine's time grows with the size."""
     t = [_time(SD200, m, 64, engine="packet") for m in (1024, 4096, 8192, 16384, 65536)]

@@ -5,8 +5,8 @@ given an oracle, the tuner simulates its shortlist on it and runs the fastest).
 sd200 (docs/sources.md §SD200 library, docs/collectives.md §Selection policy): AllReduce tiers one-shot ->
 two-shot -> ring, each on its store, load (cache-less) or cached path. The tier ceilings depend on the group size
 and the fabric, so they are not constants: with oneshot_max_bytes = twoshot_max_bytes = 0 (auto, the default) a
-call of M bytes over n ranks runs the algorithm whose time on the analytic engine (the cost oracle below) is least
-at G, the power of two >= M (at least 8 B), for a group of ranks 0..n-1 of the configured fabric (`fastest`).
+call of M bytes over n ranks runs the algorithm whose time on the analytic engine (the cost oracle below, checked
+on the packet engine where it is close) is least at G, the power of two >= M (at least 8 B), for a group of ranks 0..n-1 of the configured fabric (`fastest`).
 Choosing at G keeps the time monotonic in M: every size in (G/2, G] takes the winner at G, which is no
 faster at G/2 than the winner there. AllGather / ReduceScatter choose direct or ring the same way. Nonzero ceilings
 fix the tiers instead (store path): M <= oneshot_max_bytes one-shot, <= twoshot_max_bytes two-shot (AllGather /
@@ -18,6 +18,12 @@ time run alone over ranks 0..n-1 of the healthy fabric of the FabricConfig `cfg`
 fabric.sim.analytic_times (the analytic engine on the group's confined routes) unless told otherwise, and so do the
 tools that choose an algorithm (fabric-probe collective, fabric-bench); a call that needs an oracle and has none
 raises TypeError. The times are cached per (kind, grid size, group size, config, oracle).
+
+An oracle may carry `check`, a second oracle that decides among the candidates the first cannot tell apart: those
+within collectives.sd200.tier_check_margin of its least time. fabric.sim.analytic_times carries the packet engine
+(fabric.sim.packet_times), which has the finite switch buffers the analytic engine lacks: over 64 ranks at 2 MiB the
+analytic engine prices two-shot 5 % below ring and the packet engine 7 % above it (docs/collectives.md §Engine
+agreement to 1 GB), so the tier runs ring there on both engines and the time stays monotonic on both.
 
 Every entry (select, choose, fastest, times; build and template in __init__) accepts a FabricConfig, a
 CollectivesConfig (the default fabric with that section) or None (defaults) and turns it into a FabricConfig once
@@ -130,28 +136,49 @@ def fastest(kind: str, nbytes: int, n_ranks: int, cfg=None, *, oracle=None) -> s
 
 
 def _fastest(kind: str, nbytes: int, n_ranks: int, cfg: FabricConfig, oracle) -> str:
-    t = _candidate_times(kind, grid_size(nbytes), n_ranks, cfg, oracle)
-    return min(t.items(), key=lambda kv: kv[1])[0]
+    g = grid_size(nbytes)
+    t = _candidate_times(kind, g, n_ranks, cfg, oracle)
+    best = min(t.items(), key=lambda kv: kv[1])[0]
+    margin = cfg.collectives.sd200.tier_check_margin
+    near = tuple(a for a in CANDIDATES[kind] if t[a] <= t[best] * (1 + margin))
+    if getattr(oracle, "check", None) is None or len(near) < 2:
+        return best
+    return min(near, key=_checked_times(kind, g, int(n_ranks), cfg, oracle, near).get)
 
 
-def times(kind: str, nbytes: int, n_ranks: int, cfg=None, *, oracle=None) -> dict:
-    """{algorithm: time in us} of every auto candidate for one call, as the oracle times them (cached)."""
-    return _candidate_times(kind, nbytes, n_ranks, fabric_config(cfg), oracle)
+def _checked_times(kind: str, g: int, n: int, cfg: FabricConfig, oracle, near: tuple) -> dict:
+    """The check's times of the candidates `near` at grid size g. Above collectives.sd200.tier_check_max_bytes
+    each is the oracle's time at g times the check's / the oracle's at that size: every candidate is bandwidth-bound
+    there, and the packet engine's slowdown from full switch buffers a throughput ratio (two-shot over the 4x4x4 mesh
+    runs 1.44x, 1.47x and 1.47x its analytic time at 16 MiB, 128 MiB and 1 GiB; docs/collectives.md)."""
+    cap = grid_size(cfg.collectives.sd200.tier_check_max_bytes)
+    if g <= cap:
+        return _times(kind, g, n, cfg, oracle.check, near)
+    at_cap = _times(kind, cap, n, cfg, oracle.check, near)
+    est_cap = _times(kind, cap, n, cfg, oracle)
+    est = _times(kind, g, n, cfg, oracle)
+    return {a: est[a] * at_cap[a] / est_cap[a] for a in near}
 
 
-def _candidate_times(kind: str, nbytes: int, n: int, cfg: FabricConfig, oracle) -> dict:
+def times(kind: str, nbytes: int, n_ranks: int, cfg=None, *, oracle=None, names: tuple = ()) -> dict:
+    """{algorithm: time in us} of every auto candidate (or of `names`) for one call, as the oracle times them
+    (cached)."""
+    return _candidate_times(kind, nbytes, n_ranks, fabric_config(cfg), oracle, tuple(names))
+
+
+def _candidate_times(kind: str, nbytes: int, n: int, cfg: FabricConfig, oracle, names: tuple = ()) -> dict:
     if oracle is None:
         raise TypeError(f"the sd200 library's auto tier times its {kind} candidates: pass oracle= (e.g. "
                         f"fabric.sim.analytic_times, the analytic engine)")
-    return _times(kind, int(nbytes), int(n), cfg, oracle)
+    return _times(kind, int(nbytes), int(n), cfg, oracle, names)
 
 
 @functools.lru_cache(maxsize=4096)
-def _times(kind: str, nbytes: int, n: int, cfg: FabricConfig, oracle) -> dict:
+def _times(kind: str, nbytes: int, n: int, cfg: FabricConfig, oracle, names: tuple = ()) -> dict:
     # the sd200 library's fragment of each candidate (collectives.build without the library profiles)
     frags = []
-    for a in CANDIDATES[kind]:
+    for a in names or CANDIDATES[kind]:
         fb = FragBuilder(kind, a, n, nbytes, cfg.collectives, semantics=False)
         start, ready = fb.prologue()
         frags.append(fb.finish(start, CORES[kind][a](fb, ready, nbytes)))
-    return dict(zip(CANDIDATES[kind], oracle(cfg, frags)))
+    return dict(zip(names or CANDIDATES[kind], oracle(cfg, frags)))
