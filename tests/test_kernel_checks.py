@@ -24,9 +24,12 @@ def rows(tool):
     return tool.rows()
 
 
-# geometric-mean |error| per regime, a little above what docs/compute-model.md reports
+# geometric-mean |error| per regime, a little above what docs/compute-model.md reports.
+# small-kernel-decode (18 rows, 1-256 tokens, CUDA graph, L2 warm): measured 45.0 % geomean, largest 60.9 %; the
+# bounds are those plus a small margin (2 and 4 points), so a change that moves these rows further off fails here.
 BOUNDS = {"prefill-attention": 0.12, "prefill-gemm": 0.12, "decode-gemm": 0.18, "grouped-gemm": 0.17,
-          "small-kernel": 0.45}
+          "small-kernel": 0.45, "small-kernel-decode": 0.47}
+DECODE_SMALL_MAX = 0.65
 
 
 def test_every_regime_within_its_documented_error(tool, rows):
@@ -34,6 +37,15 @@ def test_every_regime_within_its_documented_error(tool, rows):
     assert set(s) == set(BOUNDS)
     for regime, bound in BOUNDS.items():
         assert s[regime]["geomean_abs_error"] < bound, (regime, s[regime])
+
+
+def test_decode_small_kernels_no_row_further_off(tool, rows):
+    """Decode-size norms, QK norm, MoE router top-k and SiLU+FP8 (SGLang PRs 24733 / 15835 / 25835, Helion PR 2986):
+    not fitted; the model is 30-61 % fast on the router and the fused activation (a serial per-row chain it does not
+    cost), -29 to +34 % on the norms. No row may move beyond the largest error measured (60.9 %) plus 4 points."""
+    dec = [r for r in rows if r["regime"] == "small-kernel-decode"]
+    assert len(dec) == 18 and {r["chip"] for r in dec} == {"h100", "h200"}
+    assert all(abs(r["error"]) < DECODE_SMALL_MAX for r in dec), [r for r in dec if abs(r["error"]) >= DECODE_SMALL_MAX]
 
 
 def test_flash_attention_asymptote_from_datasheet_constants(rows):

@@ -75,6 +75,35 @@ RMSQ_URL = "https://github.com/sgl-project/sglang/pull/32994"
 RMSQ = [(512, 0.003779), (1024, 0.008006), (2048, 0.013434), (4096, 0.027411), (8192, 0.049283),
         (16384, 0.094088)]
 
+# Decode-size small kernels (1-256 tokens), each timed in a CUDA graph with L2 left warm (no flush between replays):
+# the input the previous replay wrote is still in L2, as a decode step's producer leaves it, so the model reads it
+# from L2 (inputs="l2"). Published times are per kernel in the graph (replay time over kernels), launch included.
+#
+# SGLang PR 24733 (github.com/sgl-project/sglang/pull/24733): "H100", SGL JIT RMSNorm (bf16, in place), the
+# "baseline us" column (the kernel then on main; the PR, which only retunes hidden 512, was closed). Timer:
+# python/sglang/jit_kernel/benchmark/bench_norm.py in CI mode (batch 16 / 32, hidden 512 / 2048 / 16384), four
+# RMSNorms per replay under triton.testing.do_bench_cudagraph, median / 4 (bench_norm.py at sglang 54ac12a,
+# jit_kernel/benchmark/utils.py run_benchmark). (hidden, tokens, us)
+RMS_DEC_URL = "https://github.com/sgl-project/sglang/pull/24733"
+RMS_DEC = [(512, 16, 1.074065), (512, 32, 1.248929), (2048, 16, 1.204039), (2048, 32, 1.207179),
+           (16384, 16, 1.991542), (16384, 32, 2.007984)]
+# SGLang PR 15835 (github.com/sgl-project/sglang/pull/15835): "Kernel Benchmark Latency (us) on H200 (head_dim=128)",
+# the SGL JIT fused in-place QK RMSNorm, GQA 4 with 1 KV head (5 heads of 128 per token), the "SGL JIT Kernel"
+# column; the PR does not name its timer (SGLang's jit_kernel benchmarks use triton do_bench_cudagraph). (batch, us)
+QKN_URL = "https://github.com/sgl-project/sglang/pull/15835"
+QKN = [(1, 0.967299), (8, 1.177705), (64, 1.257530), (256, 1.546483)]
+# SGLang PR 25835 (github.com/sgl-project/sglang/pull/25835): "H200", the Triton MoE router (sigmoid scores, top-k
+# selection, one kernel; k is not printed with the table), the "Triton" column; timer not named in the PR (the same
+# router's numbers in SGLang PR 29771 / 29997 are do_bench_cudagraph, "CUDA-graph, kernel-only replay").
+# (tokens, experts, us)
+ROUTER_URL = "https://github.com/sgl-project/sglang/pull/25835"
+ROUTER = [(1, 128, 1.834210), (1, 256, 2.363654), (64, 128, 2.163168), (64, 256, 2.514072)]
+# Helion PR 2986 (github.com/pytorch/helion/pull/2986): "GPU: NVIDIA H100 80GB HBM3", silu_mul_fp8 (SiLU(gate) x up,
+# bf16 in, FP8 out), intermediate 2048, the "Before" table: triton.testing.do_bench_cudagraph, which "does NOT clear
+# the L2 cache" (the PR's words); the "helion (us)" column. (tokens, us)
+SILU_URL = "https://github.com/pytorch/helion/pull/2986"
+SILU_FP8 = [(1, 1.78), (8, 1.87), (64, 2.53), (256, 3.25)]
+
 
 def _row(regime, source, chip, shape, published_us, model):
     return dict(regime=regime, source=source, chip=chip, shape=shape, published_us=round(published_us, 3),
@@ -85,7 +114,8 @@ def _row(regime, source, chip, shape, published_us, model):
 def rows() -> list[dict]:
     """Every check row (deterministic; ~1 s)."""
     from fabric.capture import load_chip
-    from fabric.capture.kernels import ACT, _finish, _rows_parts, params_of, predict, prefill_attention_parts
+    from fabric.capture.kernels import (ACT, _elementwise_parts, _finish, _rows_parts, params_of, predict,
+                                        prefill_attention_parts)
     h100, h200 = load_chip("h100"), load_chip("h200")
     out = []
     for d, causal, chart, tflops in FA3:
@@ -128,6 +158,20 @@ def rows() -> list[dict]:
         nbytes = T * 4096 * (ACT + 1) + 4096 * ACT + T * 4     # bf16 in, fp8 out, weight, per-token scale
         parts = _rows_parts(kp, T, nbytes, 5.0 * T * 4096)      # a benchmark's input: from HBM
         out.append(_row("small-kernel", RMSQ_URL, "h100", f"RMSNorm + FP8 quant, {T} x 4096", ms * 1e3,
+                        _finish(h100, kp, parts, "graph")))
+    for W, T, us in RMS_DEC:
+        out.append(_row("small-kernel-decode", RMS_DEC_URL, "h100", f"RMSNorm, {T} x {W}", us,
+                        predict(h100, "norm", shape=(W,), tokens=T, launch="graph", inputs="l2")))
+    for B, us in QKN:                                           # 4 query + 1 key head of 128 per token
+        out.append(_row("small-kernel-decode", QKN_URL, "h200", f"QK RMSNorm, {B} x 5 heads x 128", us,
+                        predict(h200, "norm", shape=(128,), tokens=5 * B, launch="graph", inputs="l2")))
+    for T, E, us in ROUTER:
+        out.append(_row("small-kernel-decode", ROUTER_URL, "h200", f"MoE router top-k, {T} x {E} experts", us,
+                        predict(h200, "topk", shape=(E,), tokens=T, launch="graph", inputs="l2")))
+    for T, us in SILU_FP8:
+        n = T * 2048
+        parts = _elementwise_parts(kp, n, n * (2 * ACT + 1) + 4, 4.0 * n, "l2")   # gate + up bf16, FP8 out
+        out.append(_row("small-kernel-decode", SILU_URL, "h100", f"SiLU-and-mul + FP8 quant, {T} x 2048", us,
                         _finish(h100, kp, parts, "graph")))
     return out
 
