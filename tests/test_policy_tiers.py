@@ -96,6 +96,14 @@ def test_auto_tier_is_monotonic_on_both_engines():
     assert select("allreduce", 2 << 20, 64, alone, oracle=ORACLE) == "twoshot"
 
 
+def test_tier_check_times_are_lone_packet_runs():
+    """The check's oracle (analytic_times.check) times each candidate as a packet-engine run of its own would."""
+    assert sim.analytic_times.check is sim.packet_times
+    got = policy.times("allreduce", 2 << 20, 64, SD200, oracle=sim.packet_times, names=("twoshot", "ring"))
+    for alg in ("twoshot", "ring"):
+        assert got[alg] == pytest.approx(_time(SD200, 2 << 20, 64, engine="packet", algorithm=alg), rel=1e-3)
+
+
 @pytest.mark.timeout(300)
 def test_no_cliff_on_the_packet_engine():
     """sd200, 64 ranks, around the old one-shot ceiling: the packet engine's time grows with the size."""
