@@ -315,7 +315,8 @@ class Sd200LibraryConfig(Section):
     oneshot_max_bytes: int = param(0, unit="B", lo=0, hi=1 << 40,
                                    help="AllReduce of at most this many bytes uses one-shot; 0 = auto "
                                         "(with twoshot_max_bytes = 0): per group size, the algorithm and path "
-                                        "with the least analytic-engine time on this fabric",
+                                        "with the least analytic-engine time on this fabric (close candidates "
+                                        "decided on the packet engine: tier_check_margin)",
                                    reason="the tier ceilings depend on the group size: on sd200 one-shot wins up to "
                                           "4 KiB over 8 ranks but only up to 256 B over 64 (packet engine, "
                                           "fabric/data/collective_paths_sd200.json, tools/collective_paths.py); "

@@ -137,7 +137,7 @@ _THREAD_THR = {"LL": 8, "LL128": 8, "Simple": 64}
 
 # What `collectives.library = sd200` means: today's [collectives] defaults (fabric/config.py carries each reason).
 SD200 = {"policy": "sd200 (tiers oneshot < twoshot < ring on the store, load or cached path: per group size, the "
-                   "least analytic time; or fixed oneshot_max_bytes / twoshot_max_bytes)",
+                   "least analytic time, close ones checked on the packet engine; or fixed oneshot_max_bytes / twoshot_max_bytes)",
          "protocol": "one (raw stores + a folded flag)", "launch_ns": "collectives.launch_ns",
          "step_ns": "collectives.step_ns", "channels": "collectives.channels (>= channel_min_bytes)"}
 PROFILES = {"sd200": SD200, "nccl-like": NCCL_LIKE}
