@@ -176,9 +176,10 @@ def _candidate_times(kind: str, nbytes: int, n: int, cfg: FabricConfig, oracle, 
 @functools.lru_cache(maxsize=4096)
 def _times(kind: str, nbytes: int, n: int, cfg: FabricConfig, oracle, names: tuple = ()) -> dict:
     # the sd200 library's fragment of each candidate (collectives.build without the library profiles)
+    names = names or CANDIDATES[kind]
     frags = []
-    for a in names or CANDIDATES[kind]:
+    for a in names:
         fb = FragBuilder(kind, a, n, nbytes, cfg.collectives, semantics=False)
         start, ready = fb.prologue()
         frags.append(fb.finish(start, CORES[kind][a](fb, ready, nbytes)))
-    return dict(zip(names or CANDIDATES[kind], oracle(cfg, frags)))
+    return dict(zip(names, oracle(cfg, frags)))
