@@ -323,3 +323,47 @@ def test_small_kernel_inputs_in_l2_only_where_a_cache_is_modelled():
         no_l2 = logical_op_time(dataclasses.replace(chip, kernels=dataclasses.replace(chip.kernels, l2_mib=0.0)),
                                 norm, 64, 1, "bf16")["time_ns"]
         assert (got < no_l2) == faster and got <= no_l2, name
+
+
+def _with(chip, **kw):
+    return dataclasses.replace(chip, kernels=dataclasses.replace(chip.kernels, **kw))
+
+
+def test_reductions_cost_their_chain_of_exchanges(h200):
+    """A rows kernel's reductions add exchanges x exchange_ns to its body (docs/compute-model.md §Small kernels): a
+    norm over one warp (128 values: 16 threads of one 16-byte vector) one warp reduce (5), a wider norm the two-level
+    block reduce (14), a softmax two of them, a top-k 2k + 1 warp reductions; an elementwise kernel none."""
+    from fabric.capture.kernels import norm_exchanges, topk_exchanges
+    x = h200.kernels.exchange_ns
+    assert x > 0
+    free = _with(h200, exchange_ns=0.0)
+    for op, shape, n in (("norm", (128,), 5), ("norm", (7168,), 14), ("softmax", (7168,), 28),
+                         ("topk", (256,), 17 * 5), ("elementwise", (7168,), 0)):
+        got, base = (predict(c, op, shape=shape, tokens=4, inputs="l2") for c in (h200, free))
+        assert got["sync_ns"] == pytest.approx(n * x), op
+        assert got["time_ns"] - base["time_ns"] == pytest.approx(n * x), op
+    # k selection rounds each a max then an index; group-limited routing adds the groups' top two and their rounds
+    assert topk_exchanges(256, 8) == 17 * 5 and topk_exchanges(256, 4) == 9 * 5
+    assert topk_exchanges(256, 8, n_group=8, topk_group=4) == (17 + 2 + 8) * 5
+    assert topk_exchanges(2048, 8) == 17 * 14                  # beyond one warp's 16 scores a lane: block reduces
+    assert norm_exchanges(256) == 5 and norm_exchanges(264) == 14
+    with pytest.raises(ConfigError, match="--topk"):
+        predict(h200, "topk", shape=(16,), topk=17)
+
+
+def test_l2_resident_small_kernel_is_bounded_by_the_l2_not_the_hbm(h200):
+    """An L2-resident small kernel streams under the L2's measured ceiling (l2_gbps, ~3x the HBM's): from L2 its
+    memory time is max(one unit's stream, bytes / l2_gbps), never bytes / the HBM ceiling."""
+    r = predict(h200, "elementwise", shape=(65536,), tokens=256, inputs="l2")
+    kp = h200.kernels
+    assert r["memory_ns"] >= r["bytes"] / kp.l2_gbps
+    assert r["memory_ns"] < r["bytes"] / (kp.bw_eta * h200.hbm_gbps)
+    hbm = predict(h200, "elementwise", shape=(65536,), tokens=256, inputs="hbm")
+    assert hbm["memory_ns"] >= hbm["bytes"] / (kp.bw_eta * h200.hbm_gbps)
+
+
+def test_sd200_accelerator_costs_no_chain():
+    """sd200-accelerator's queue_ns was fitted to the published TPOT without a reduction chain: exchange_ns = 0 and no
+    L2, so its kernels (and the shipped trace) are what they were."""
+    kp = load_chip("sd200-accelerator").kernels
+    assert kp.exchange_ns == 0.0 and kp.l2_mib == 0.0

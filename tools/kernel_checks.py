@@ -114,7 +114,8 @@ def _row(regime, source, chip, shape, published_us, model):
 def rows() -> list[dict]:
     """Every check row (deterministic; ~1 s)."""
     from fabric.capture import load_chip
-    from fabric.capture.kernels import (ACT, _elementwise_parts, _finish, _rows_parts, params_of, predict,
+    from fabric.capture.kernels import (ACT, _elementwise_parts, _finish, _rows_parts, norm_exchanges, params_of,
+                                        predict,
                                         prefill_attention_parts)
     h100, h200 = load_chip("h100"), load_chip("h200")
     out = []
@@ -156,7 +157,7 @@ def rows() -> list[dict]:
     kp = params_of(h100)
     for T, ms in RMSQ:
         nbytes = T * 4096 * (ACT + 1) + 4096 * ACT + T * 4     # bf16 in, fp8 out, weight, per-token scale
-        parts = _rows_parts(kp, T, nbytes, 5.0 * T * 4096)      # a benchmark's input: from HBM
+        parts = _rows_parts(kp, T, nbytes, 5.0 * T * 4096, "hbm", norm_exchanges(4096))   # a benchmark's input: HBM
         out.append(_row("small-kernel", RMSQ_URL, "h100", f"RMSNorm + FP8 quant, {T} x 4096", ms * 1e3,
                         _finish(h100, kp, parts, "graph")))
     for W, T, us in RMS_DEC:
@@ -167,7 +168,7 @@ def rows() -> list[dict]:
                         predict(h200, "norm", shape=(128,), tokens=5 * B, launch="graph", inputs="l2")))
     for T, E, us in ROUTER:
         out.append(_row("small-kernel-decode", ROUTER_URL, "h200", f"MoE router top-k, {T} x {E} experts", us,
-                        predict(h200, "topk", shape=(E,), tokens=T, launch="graph", inputs="l2")))
+                        predict(h200, "topk", shape=(E,), tokens=T, launch="graph", inputs="l2", topk=8)))
     for T, us in SILU_FP8:
         n = T * 2048
         parts = _elementwise_parts(kp, n, n * (2 * ACT + 1) + 4, 4.0 * n, "l2")   # gate + up bf16, FP8 out

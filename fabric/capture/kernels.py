@@ -36,7 +36,10 @@ Kernel shapes:
   rows       one CTA per row (RMSNorm, softmax, top-k, embedding gather).
   elementwise elem_per_cta elements per CTA (activations, RoPE, residual add, copy / cat).
              Rows and elementwise kernels read an input their producer just wrote from L2 when it fits (l2_mib):
-             the same stream over the shorter L2 latency (sm_gbps / l2_latency_ratio).
+             the same stream over the shorter L2 latency (sm_gbps / l2_latency_ratio), under the L2's ceiling
+             (l2_gbps): t_mem = max(W * b / beta_l2, D / l2_gbps).
+             A rows kernel's reductions (a norm's sum of squares, a top-k's selection rounds) form a serial chain
+             of dependent exchanges between its threads on top of the stream: exchanges x exchange_ns.
 """
 from __future__ import annotations
 
@@ -54,6 +57,13 @@ WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, 
 # the tensor-core input type a weight dtype runs at: int4 weights are dequantised to BF16 in registers (W4A16)
 COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "int4": "bf16", "fp32": "fp32"}
 ACT = 2  # activations and KV cache are BF16
+VECTOR_BYTES = 16   # the widest load one thread issues (128-bit): a row kernel gives each thread one such vector
+WARP = 32           # threads of a warp: a warp reduction is log2(32) = 5 shuffle steps
+# dependent exchanges of one reduction: a warp's 5 shuffle steps; over several warps, each warp's 5 steps, its partial
+# to shared memory, a barrier, warp 0's 5 steps over the partials, the result to shared memory, a barrier, every
+# thread's read of it (the two-level block reduce of RMSNorm kernels: 10 shuffles, 2 shared-memory rounds, 2 barriers)
+WARP_REDUCE_EXCHANGES = 5
+BLOCK_REDUCE_EXCHANGES = 14
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,10 @@ class KernelParams:
     #                                   L2 when it fits (0: no cache modelled, inputs stream from HBM)
     l2_latency_ratio: float = 1.0     # loaded L2-hit latency over the loaded HBM latency (mem_latency_ns)
     exp_tops: float = 0.0             # T exp/s of the special-function units (FlashAttention's softmax); 0: none
+    exchange_ns: float = 0.0          # ns of one dependent exchange between a CTA's threads (a shuffle step, a
+    #                                   shared-memory round, a barrier): a small kernel's reductions cost these
+    l2_gbps: float = 0.0              # GB/s the L2 serves in all: the ceiling of a small kernel whose data is L2-
+    #                                   resident (0: the HBM ceiling)
     launch_mode: str = "graph"
     launch_ns: dict = field(default_factory=dict)   # mode -> ns
 
@@ -292,11 +306,35 @@ def input_source(kp: KernelParams, in_bytes: float) -> str:
     return "l2" if in_bytes <= kp.l2_mib * 2 ** 20 else "hbm"
 
 
-def _rows_parts(kp: KernelParams, rows: int, nbytes: float, flops: float, src: str = "hbm") -> dict:
+def reduce_exchanges(threads: int) -> int:
+    """Dependent exchanges of one reduction over `threads` threads: a warp's shuffles, or the two-level block
+    reduce."""
+    return WARP_REDUCE_EXCHANGES if threads <= WARP else BLOCK_REDUCE_EXCHANGES
+
+
+def norm_exchanges(width: int, reductions: int = 1) -> int:
+    """A row kernel over `width` BF16 values, one 16-byte vector a thread (at most 1024 threads): `reductions`
+    block-wide reductions (a norm's sum of squares: 1; a softmax's max then sum: 2)."""
+    threads = min(1024, -(-width * ACT // VECTOR_BYTES))
+    return reductions * reduce_exchanges(threads)
+
+
+def topk_exchanges(experts: int, k: int, n_group: int = 1, topk_group: int = 1) -> int:
+    """A router's top-k over `experts` scores of one token: k selection rounds, each a max then the lowest index
+    holding it (two dependent reductions), then the sum that renormalises the k weights; group-limited routing
+    (n_group > 1) first takes each group's top two (two reductions) and topk_group rounds over the groups. One warp
+    a token while the scores fit 16 a lane (SGLang's Triton router, num_warps = 1 up to 512 experts), a block
+    reduce beyond."""
+    reductions = 2 * k + 1 + (2 + 2 * topk_group if n_group > 1 else 0)
+    return reductions * reduce_exchanges(WARP if experts <= 16 * WARP else experts // 16)
+
+
+def _rows_parts(kp: KernelParams, rows: int, nbytes: float, flops: float, src: str = "hbm",
+                exchanges: int = 0) -> dict:
     rows = max(1, int(rows))
     return dict(kind="rows", path="row-per-cta", tile=None, tiles=rows, split=1, ctas=rows, b=nbytes / rows,
                 total=nbytes, flops_cta=0.0, dtype="fp32", latency=False, extra=[], flops=flops, bytes=nbytes,
-                beta=_small_beta(kp, src), src=src)
+                beta=_small_beta(kp, src), src=src, exchanges=exchanges)
 
 
 def _elementwise_parts(kp: KernelParams, elems: int, nbytes: float, flops: float, src: str = "hbm") -> dict:
@@ -313,6 +351,10 @@ def _finish(chip, kp: KernelParams, parts: dict, launch: str | None) -> dict:
     beta = parts.get("beta", kp.sm_gbps)
     t_mem, t_lat, t_bw = (float(x) for x in _stream(kp, chip.hbm_gbps, parts["ctas"], parts["b"], parts["total"],
                                                     sm_gbps=beta))
+    if parts.get("src") == "l2" and kp.l2_gbps > 0:   # L2-resident: each unit's stream or the L2's own ceiling
+        t_bw = parts["total"] / kp.l2_gbps
+        t_mem = max(t_lat, t_bw)
+    chain = parts.get("exchanges", 0) * kp.exchange_ns
     if "t_comp_ns" in parts:       # scheduled per CTA by its shape (prefill attention)
         t_comp = parts["t_comp_ns"]
     elif parts["kind"] in ("matrix", "attention"):
@@ -322,14 +364,16 @@ def _finish(chip, kp: KernelParams, parts: dict, launch: str | None) -> dict:
         t_comp = parts["flops"] / (chip.peak_tflops.get("fp32", 1.0) * 1e3 * n_units / kp.sms) \
             if parts["flops"] > 0 else 0.0
     lat = kp.latency_ns if parts["latency"] else 0.0
-    body = lat + max(t_mem, t_comp)
+    body = lat + max(t_mem, t_comp) + chain
     if mode == "eager":
         own = max(fixed + body, kp.launch_ns["eager"])
     else:
         own = fixed + body
     sub = [_finish(chip, kp, p, mode) | {"name": name} for name, p in parts["extra"]]
     total = own + sum(s["time_ns"] for s in sub)
-    if t_comp >= t_mem:
+    if chain >= max(t_mem, t_comp):
+        regime = "latency"          # the reductions' serial chain of exchanges outlasts the stream
+    elif t_comp >= t_mem:
         regime = "compute"
     elif t_lat >= t_bw or parts["b"] / beta >= parts["total"] / (kp.bw_eta * chip.hbm_gbps):
         regime = "latency"          # too few CTAs in flight, or one CTA's serial stream dominates (Little's law)
@@ -339,6 +383,7 @@ def _finish(chip, kp: KernelParams, parts: dict, launch: str | None) -> dict:
         regime = "launch"
     return dict(time_ns=float(total), time_us=float(total) / 1e3, fixed_ns=float(own - body),
                 fixed_total_ns=float(own - body) + sum(s["fixed_total_ns"] for s in sub), latency_ns=lat,
+                sync_ns=float(chain),
                 memory_ns=float(t_mem),
                 compute_ns=float(t_comp), regime=regime, kernels=1 + sum(s["kernels"] for s in sub),
                 ctas=parts["ctas"], waves=math.ceil(parts["ctas"] / kp.sms), split=parts["split"],
@@ -351,7 +396,7 @@ def _finish(chip, kp: KernelParams, parts: dict, launch: str | None) -> dict:
 def predict(chip, op: str, *, shape: tuple = (), tokens: int = 1, dtype: str = "bf16", launch: str | None = None,
             groups: int = 1, ctx: int = 0, heads: int = 1, kv_heads: int = 1, head_dim: int = 128,
             rope: int = 0, fused: bool | None = None, phase: str = "decode", seqs: int = 1,
-            inputs: str = "hbm") -> dict:
+            inputs: str = "hbm", topk: int = 8) -> dict:
     """Predicted time of one op on `chip` with its breakdown (every time in ns, plus time_us).
 
     op        linear | bmm | grouped (shape IN,OUT; `groups` products; `dtype` the weight dtype)
@@ -365,6 +410,7 @@ def predict(chip, op: str, *, shape: tuple = (), tokens: int = 1, dtype: str = "
     tokens    rows of the activation (batch x tokens per sequence at decode)
     fused     True: split-K reduce / split-KV combine inside the kernel (a serving engine's fused kernels);
               False: as separate kernels; None: the chip profile's choice
+    topk      topk: experts each token selects (8: DeepSeek-V3/R1's num_experts_per_tok), ungrouped
     inputs    norm | softmax | topk | elementwise | copy: "hbm" (a standalone kernel, as a benchmark that flushes
               the cache runs it) or "l2" (written by the kernel just before, as in a decode step)
     """
@@ -404,11 +450,14 @@ def predict(chip, op: str, *, shape: tuple = (), tokens: int = 1, dtype: str = "
                                     head_dim, head_dim, fused)
     elif op in ("norm", "softmax"):
         (W,) = shape
-        parts = _rows_parts(kp, tokens, 2 * tokens * W * ACT + W * ACT, 5.0 * tokens * W, src)
+        parts = _rows_parts(kp, tokens, 2 * tokens * W * ACT + W * ACT, 5.0 * tokens * W, src,
+                            norm_exchanges(W, 1 if op == "norm" else 2))
     elif op == "topk":
         (E,) = shape
-        parts = _rows_parts(kp, tokens, tokens * E * 4 + E * 4 + tokens * 8 * 8,
-                            tokens * E * max(1.0, math.log2(E)) * 2, src)
+        if not isinstance(topk, int) or not 1 <= topk <= E:
+            raise ConfigError(f"--topk={topk!r} must be an integer from 1 to the experts ({E})")
+        parts = _rows_parts(kp, tokens, tokens * E * 4 + E * 4 + tokens * topk * 8,
+                            tokens * E * max(1.0, math.log2(E)) * 2, src, topk_exchanges(E, topk))
     elif op == "embedding":
         (W,) = shape
         parts = _rows_parts(kp, tokens, 2 * tokens * W * ACT + tokens * 8, 0.0)
@@ -457,7 +506,7 @@ def logical_op_time(chip, op, t_shard: int, b: int, wdtype: str, moe: dict | Non
         n = d["n"] if op.style == "replicated" else sh(d["n"])
         rows, width = b * n, d["width"]
         parts = _rows_parts(kp, rows, (4 if d["add"] else 2) * rows * width * ACT + width * ACT, 4.0 * rows * width,
-                            input_source(kp, (2 if d["add"] else 1) * rows * width * ACT))
+                            input_source(kp, (2 if d["add"] else 1) * rows * width * ACT), norm_exchanges(width))
     elif o == "linear":
         i, out = linear_dims(op.style, d, sh)
         parts = matrix_parts(chip, kp, 1, b, i, out, w, cd, fused)
@@ -511,7 +560,8 @@ def logical_op_time(chip, op, t_shard: int, b: int, wdtype: str, moe: dict | Non
         if o == "embedding":        # a gather from the table in HBM
             parts = _rows_parts(kp, b, nbytes, flops)
         elif o == "topk":           # the router's logits, just written
-            parts = _rows_parts(kp, b, nbytes, flops, input_source(kp, nbytes))
+            parts = _rows_parts(kp, b, nbytes, flops, input_source(kp, nbytes),
+                                topk_exchanges(d["experts"], d["topk"], d["n_group"], d["topk_group"]))
         else:
             elems = max(1, int(nbytes // (3 * ACT)))
             parts = _elementwise_parts(kp, elems, nbytes, flops, input_source(kp, nbytes))

@@ -85,10 +85,12 @@ def probe_kernel(chip: str, op: str, shape=(), tokens: int = 1, dtype: str = "bf
 @click.option("--inputs", type=click.Choice(["hbm", "l2"]), default="hbm", show_default=True,
               help="norm/softmax/topk/elementwise/copy: input read from HBM (standalone) or from L2 (just written "
                    "by the kernel before, as in a decode step)")
+@click.option("--topk", type=int, default=8, show_default=True,
+              help="topk: experts each token selects (8: DeepSeek-V3/R1)")
 @json_option("write the result as JSON")
 @friendly
 def kernel_cmd(chip, op, shape, tokens, dtype, launch, groups, ctx, heads, kv_heads, head_dim, rope, phase, seqs,
-               tokens_per_group, inputs, json_path):
+               tokens_per_group, inputs, topk, json_path):
     check_writable(json_path)
     from fabric.errors import ConfigError
     dims = parse_shape(shape)
@@ -99,7 +101,7 @@ def kernel_cmd(chip, op, shape, tokens, dtype, launch, groups, ctx, heads, kv_he
             raise ConfigError(f"--tokens-per-group is for --op grouped (got --op {op}); use --tokens")
         tokens = tokens_per_group
     extra = dict(ctx=ctx, heads=heads, kv_heads=kv_heads, head_dim=head_dim, rope=rope, phase=phase, seqs=seqs) \
-        if op == "attention" else dict(groups=groups, inputs=inputs)
+        if op == "attention" else dict(groups=groups, inputs=inputs) | (dict(topk=topk) if op == "topk" else {})
     for k, v in dict(groups=groups, ctx=ctx, heads=heads, kv_heads=kv_heads, head_dim=head_dim, seqs=seqs,
                      tokens_per_group=tokens if tokens_per_group is not None else 1).items():
         if v < 1:
@@ -116,13 +118,15 @@ def kernel_cmd(chip, op, shape, tokens, dtype, launch, groups, ctx, heads, kv_he
     check_bounds(r, f"{what}, {tokens} token{'s' if tokens > 1 else ''}")
     click.echo(f"{what}, {tokens} token{'s' if tokens > 1 else ''}, {dtype} on {r['chip']} ({r['launch']} launch): "
                f"{r['time_us']:.2f} us, {r['regime']}-bound")
+    sync = f"sync {r['sync_ns'] / 1e3:.2f} us, " if r["sync_ns"] else ""     # only kernels with reductions
     click.echo(f"  kernel: compute {r['compute_ns'] / 1e3:.2f} us, memory {r['memory_ns'] / 1e3:.2f} us, "
-               f"latency {r['latency_ns'] / 1e3:.2f} us, fixed {r['fixed_ns'] / 1e3:.2f} us "
-               f"(time = fixed + latency + max(compute, memory))")
+               f"latency {r['latency_ns'] / 1e3:.2f} us, {sync}fixed {r['fixed_ns'] / 1e3:.2f} us "
+               f"(time = fixed + latency + max(compute, memory){' + sync' if sync else ''})")
     tile = "x".join(map(str, r["tile"])) if r["tile"] else "-"
     click.echo(f"  {r['ctas']} CTAs ({r['waves']} wave{'s' if r['waves'] != 1 else ''}), {r['path']}, tile {tile}, "
                f"split {r['split']}, {r['kernels']} kernel{'s' if r['kernels'] != 1 else ''}")
     for e in r["extra"]:
         click.echo(f"  + {e['name']}: {e['time_us']:.2f} us ({e['ctas']} CTAs)")
     write_json(json_path, r, version_meta(chip=chip, op=op, shape=shape, tokens=tokens, dtype=dtype, launch=launch,
-                                          phase=phase, seqs=seqs, inputs=inputs))
+                                          phase=phase, seqs=seqs, inputs=inputs,
+                                          **(dict(topk=topk) if op == "topk" else {})))

@@ -199,6 +199,8 @@ def _kernel_params(d: dict, where: str) -> KernelParams | None:
         l2_mib=_num(k, "l2_mib", where + " [kernels]"),
         l2_latency_ratio=_num(k, "l2_latency_ratio", where + " [kernels]", lo=0.0, hi=1.0, lo_open=True),
         exp_tops=_num(k, "exp_tops", where + " [kernels]", lo=0.0, lo_open=True),
+        exchange_ns=_num(k, "exchange_ns", where + " [kernels]"),
+        l2_gbps=_num(k, "l2_gbps", where + " [kernels]"),
         splitk_reduce=_choice(k, "splitk_reduce", where + " [kernels]", ("kernel", "fused"), "kernel"),
         attn_combine=_choice(k, "attn_combine", where + " [kernels]", ("kernel", "fused"), "kernel"),
         launch_mode=_choice(la, "mode", where + " [launch]", LAUNCH_MODES, "graph"),
