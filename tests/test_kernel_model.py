@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fabric.capture import calibrate, load_chip
 from fabric.capture.kernels import OPS, predict
@@ -367,3 +369,23 @@ def test_sd200_accelerator_costs_no_chain():
     L2, so its kernels (and the shipped trace) are what they were."""
     kp = load_chip("sd200-accelerator").kernels
     assert kp.exchange_ns == 0.0 and kp.l2_mib == 0.0
+
+
+@given(E=st.integers(2, 4096), k=st.integers(1, 16), tokens=st.integers(1, 512), src=st.sampled_from(["l2", "hbm"]))
+def test_topk_time_grows_with_its_selection_rounds(E, k, tokens, src):
+    """One more expert selected is one more round of two reductions: never cheaper, and exactly that chain more."""
+    from fabric.capture.kernels import reduce_exchanges
+    h200 = load_chip("h200")
+    k = min(k, E - 1)
+    a, b = (predict(h200, "topk", shape=(E,), tokens=tokens, topk=kk, inputs=src) for kk in (k, k + 1))
+    per_round = 2 * reduce_exchanges(32 if E <= 512 else E // 16) * h200.kernels.exchange_ns
+    assert b["sync_ns"] - a["sync_ns"] == pytest.approx(per_round)
+    assert b["time_ns"] >= a["time_ns"]
+
+
+@given(width=st.integers(1, 65536), tokens=st.integers(1, 512), src=st.sampled_from(["l2", "hbm"]))
+def test_norm_time_never_falls_as_the_row_widens(width, tokens, src):
+    """A wider row is more bytes and, past one warp, the block reduce: its time never falls."""
+    h200 = load_chip("h200")
+    a, b = (predict(h200, "norm", shape=(w,), tokens=tokens, inputs=src) for w in (width, width + 1))
+    assert b["time_ns"] >= a["time_ns"] - 1e-9
