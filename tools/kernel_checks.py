@@ -115,8 +115,7 @@ def rows() -> list[dict]:
     """Every check row (deterministic; ~1 s)."""
     from fabric.capture import load_chip
     from fabric.capture.kernels import (ACT, _elementwise_parts, _finish, _rows_parts, norm_exchanges, params_of,
-                                        predict,
-                                        prefill_attention_parts)
+                                        predict, prefill_attention_parts)
     h100, h200 = load_chip("h100"), load_chip("h200")
     out = []
     for d, causal, chart, tflops in FA3:

@@ -326,7 +326,7 @@ def topk_exchanges(experts: int, k: int, n_group: int = 1, topk_group: int = 1) 
     a token while the scores fit 16 a lane (SGLang's Triton router, num_warps = 1 up to 512 experts), a block
     reduce beyond."""
     reductions = 2 * k + 1 + (2 + 2 * topk_group if n_group > 1 else 0)
-    return reductions * reduce_exchanges(WARP if experts <= 16 * WARP else experts // 16)
+    return reductions * reduce_exchanges(-(-experts // 16))
 
 
 def _rows_parts(kp: KernelParams, rows: int, nbytes: float, flops: float, src: str = "hbm",

@@ -101,7 +101,7 @@ def kernel_cmd(chip, op, shape, tokens, dtype, launch, groups, ctx, heads, kv_he
             raise ConfigError(f"--tokens-per-group is for --op grouped (got --op {op}); use --tokens")
         tokens = tokens_per_group
     extra = dict(ctx=ctx, heads=heads, kv_heads=kv_heads, head_dim=head_dim, rope=rope, phase=phase, seqs=seqs) \
-        if op == "attention" else dict(groups=groups, inputs=inputs) | (dict(topk=topk) if op == "topk" else {})
+        if op == "attention" else dict(groups=groups, inputs=inputs, topk=topk)
     for k, v in dict(groups=groups, ctx=ctx, heads=heads, kv_heads=kv_heads, head_dim=head_dim, seqs=seqs,
                      tokens_per_group=tokens if tokens_per_group is not None else 1).items():
         if v < 1:
